@@ -1,0 +1,42 @@
+"""dsp: Demonstrate-Search-Predict, retrieval-augmented in-context learning (Khattab et al., 2022).
+
+Programs pass Examples between a frozen LM and a frozen RM:
+
+>>> import dsp
+>>> dsp.settings.configure(lm=dsp.ReplayLM(lm_file), rm=dsp.ReplayRM(rm_file))   # doctest: +SKIP
+>>> x = dsp.Example(question="Who wrote Hamlet?", demos=dsp.sample(train, k=3))    # doctest: +SKIP
+>>> x.context = dsp.retrieve(x.question, k=3)                                      # doctest: +SKIP
+>>> x, completions = dsp.generate(qa_template)(x, stage="qa")                      # doctest: +SKIP
+"""
+
+from . import cache, utils
+from .clients import (
+    LM, RM, HashingVectorizer, Passage, ReplayLM, ReplayRM, UnrecordedRequest, Usage, Vectorizer,
+)
+from .example import Completions, Example
+from .metrics import (
+    EM, F1, HotPotF1, answer_match, best_subspan_em, has_answer, nF1, normalize_text, passage_match,
+)
+from .primitives import (
+    all_but, annotate, branch, crossval, fused_retrieval, generate, knn, majority, rank, retrieve,
+    retrieveEnsemble, sample, transformation,
+)
+from .settings import settings
+from .template import Template, Type, format_answers, passages2text
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # values
+    "Example", "Completions", "Type", "Template", "passages2text", "format_answers",
+    # ambient state and cache
+    "settings", "cache",
+    # clients
+    "LM", "RM", "Passage", "Usage", "ReplayLM", "ReplayRM", "UnrecordedRequest", "Vectorizer", "HashingVectorizer",
+    # primitives
+    "generate", "majority", "branch", "retrieve", "fused_retrieval", "retrieveEnsemble", "rank",
+    "annotate", "sample", "knn", "crossval", "all_but", "transformation",
+    # metrics
+    "normalize_text", "EM", "F1", "HotPotF1", "nF1", "best_subspan_em", "has_answer", "passage_match", "answer_match",
+    "utils", "__version__",
+]

@@ -1,0 +1,127 @@
+"""The RM interface: `rm(query, k) -> list of passages`, with the cache and history written once.
+
+A concrete client provides `cache_identity` and `_search(query, k, **params)`, returning dicts with at
+least `text` and `score` (and `id`/`pid`, `title`, `prob` where it has them). The base validates the
+call, caches it, and completes every passage: `long_text` (``"Title | text"`` when a title is
+separate, as ColBERTv2's Wikipedia passages read), `rank` from 1, and `prob` = softmax of the scores
+when the backend gives none.
+
+>>> class Two(RM):
+...     provider = "two"
+...     def _search(self, query, k, **params):
+...         return [{"text": "a", "score": 2.0}, {"text": "b", "score": 1.0}][:k]
+>>> [round(p.prob, 3) for p in Two()("q", k=2, cache=False)]
+[0.731, 0.269]
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from typing import Any, Sequence
+
+from .. import cache as _cache
+from ..example import Example
+from .lm import HISTORY_SIZE
+
+__all__ = ["RM", "Passage", "softmax", "check_query"]
+
+
+class Passage(Example):
+    """A retrieved passage: text, long_text, score, prob, rank, and id/pid/title when known."""
+
+
+def softmax(scores: Sequence[float]) -> list[float]:
+    """Numerically stable softmax (probabilities of a result list, as ColBERTv2's server reports)."""
+    if not scores:
+        return []
+    top = max(scores)
+    exps = [math.exp(s - top) for s in scores]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def check_query(query: Any, k: Any) -> None:
+    """Raise a clear error for a non-text or empty query, or a k that is not a positive integer."""
+    if not isinstance(query, str):
+        raise TypeError(f"a search query must be text, got {type(query).__name__}: {query!r:.80}")
+    if not query.strip():
+        raise ValueError("the search query is empty")
+    if not isinstance(k, int) or isinstance(k, bool):
+        raise TypeError(f"k must be an integer, got {type(k).__name__}: {k!r}")
+    if k <= 0:
+        raise ValueError(f"k must be positive, got {k}")
+
+
+class RM:
+    """Base class of retrieval-model clients. Subclasses implement `_search`."""
+
+    provider = "rm"
+
+    def __init__(self) -> None:
+        self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY_SIZE)
+        self.num_requests = 0  # searches that reached the backend (cache hits excluded)
+        self._lock = threading.Lock()
+
+    def cache_identity(self) -> dict[str, Any]:
+        return {"provider": self.provider}
+
+    def _search(self, query: str, k: int, **params: Any) -> list[dict[str, Any]]:
+        raise NotImplementedError(f"{type(self).__name__} must implement _search(query, k)")
+
+    def __call__(self, query: str, k: int = 3, cache: bool | None = None, **params: Any) -> list[Passage]:
+        """The top-`k` passages for `query`, best first."""
+        check_query(query, k)
+
+        def compute() -> list[dict[str, Any]]:
+            with self._lock:
+                self.num_requests += 1
+            return list(self._search(query, k, **params))
+
+        if cache is False:
+            results, cached = compute(), False
+        else:
+            request = {"kind": "rm", **self.cache_identity(), "query": query, "k": k, **params}
+            results, cached = _cache.cached_call(request, compute)
+        if not results:
+            raise ValueError(f"{self!r} returned no passages for the query {query!r}")
+        passages = self._complete(results)
+        self.history.append({"query": query, "k": k, "params": params, "passages": passages,
+                             "cached": cached, "timestamp": time.time()})
+        return passages
+
+    @staticmethod
+    def _complete(results: list[dict[str, Any]]) -> list[Passage]:
+        probs = None
+        if any(r.get("prob") is None for r in results):
+            probs = softmax([float(r.get("score", 0.0)) for r in results])
+        passages = []
+        for i, result in enumerate(results):
+            passage = Passage(result)
+            if not isinstance(passage.get("text"), str):
+                raise TypeError(f"passage {i} from the RM has no text: {result!r:.120}")
+            if "long_text" not in passage:
+                title = passage.get("title")
+                passage["long_text"] = f"{title} | {passage['text']}" if title else passage["text"]
+            passage.setdefault("rank", i + 1)
+            if probs is not None:
+                passage["prob"] = probs[i]
+            passages.append(passage)
+        return passages
+
+    def inspect_history(self, n: int = 1, printed: bool = True) -> str:
+        """Show the last `n` searches with their passages; returns the text shown."""
+        blocks = []
+        for entry in list(self.history)[-n:]:
+            lines = [f"query: {entry['query']!r} (k={entry['k']}{', cached' if entry['cached'] else ''})"]
+            lines += [f"  {p['rank']}. [{p.get('score', 0):.3f}] {p['long_text'][:160]}" for p in entry["passages"]]
+            blocks.append("\n".join(lines))
+        text = "\n\n".join(blocks)
+        if printed:
+            print(text)
+        return text
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

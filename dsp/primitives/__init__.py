@@ -1,0 +1,13 @@
+"""Primitives: what a DSP program composes (Demonstrate, Search, Predict)."""
+
+from .demonstrate import all_but, annotate, crossval, knn, sample
+from .predict import branch, generate, majority
+from .search import fused_retrieval, rank, retrieve, retrieveEnsemble
+from .transformation import transformation
+
+__all__ = [
+    "generate", "majority", "branch",
+    "retrieve", "fused_retrieval", "retrieveEnsemble", "rank",
+    "annotate", "sample", "knn", "crossval", "all_but",
+    "transformation",
+]

@@ -1,0 +1,101 @@
+"""SEARCH: retrieve passages for a query, fuse the results of several queries, rank passages.
+
+>>> dsp.retrieve("Who wrote Hamlet?", k=3)                                  # doctest: +SKIP
+['Hamlet | Hamlet is a tragedy by William Shakespeare...', ...]
+>>> dsp.fused_retrieval(["Hamlet author", "Who wrote Hamlet?"], k=5)        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..clients.rm import Passage
+from ..settings import settings
+
+__all__ = ["retrieve", "fused_retrieval", "retrieveEnsemble", "rank", "FUSIONS"]
+
+RRF_K = 60  # the constant of reciprocal-rank fusion (Cormack et al., 2009)
+
+
+def _current_rm() -> Any:
+    rm = settings.rm
+    if rm is None:
+        raise RuntimeError("no RM is configured: call dsp.settings.configure(rm=...) first")
+    return rm
+
+
+def retrieve(query: str, k: int, **params: Any) -> list[str]:
+    """The texts of the top-`k` passages for `query` from `settings.rm` (``"Title | text"`` form)."""
+    return [p["long_text"] for p in _current_rm()(query, k=k, **params)]
+
+
+def _combsum(passage: Passage, by_prob: bool) -> float:
+    return float(passage["prob"] if by_prob else passage.get("score", 0.0))
+
+
+def _rrf(passage: Passage, by_prob: bool) -> float:
+    return 1.0 / (RRF_K + passage["rank"])
+
+
+FUSIONS = {"combsum": _combsum, "rrf": _rrf}
+
+
+def fused_retrieval(queries: Sequence[str], k: int, fuse: str = "combsum", by_prob: bool = True,
+                    depth: int | None = None, return_passages: bool = False, **params: Any) -> list[Any]:
+    """Search every query for `depth` (default 3k) passages and fuse them into one top-`k` list.
+
+    CombSUM (default) adds each passage's probability (or its score, with by_prob=False) over the
+    queries; "rrf" adds 1/(60 + rank). Passages are identified by text; empty queries are skipped and
+    repeated queries count again, as in DSP v1's retrieveEnsemble. Returns texts, or Passage records
+    with the fused `score` when `return_passages`.
+    """
+    if fuse not in FUSIONS:
+        raise ValueError(f"unknown fusion {fuse!r}; choose one of {', '.join(FUSIONS)}")
+    if isinstance(queries, str) or not isinstance(queries, Sequence):
+        raise TypeError(f"fused_retrieval needs a list of queries, got {type(queries).__name__}")
+    queries = [q for q in queries if q]
+    if not queries:
+        raise ValueError("fused_retrieval got no non-empty query")
+    rm, contribution = _current_rm(), FUSIONS[fuse]
+    depth = 3 * k if depth is None else depth
+    scores: dict[str, float] = {}
+    records: dict[str, Passage] = {}
+    for query in queries:
+        for passage in rm(query, k=depth, **params):
+            text = passage["long_text"]
+            scores[text] = scores.get(text, 0.0) + contribution(passage, by_prob)
+            records.setdefault(text, passage)
+    ranked = sorted(((score, text) for text, score in scores.items()), reverse=True)[:k]
+    if not return_passages:
+        return [text for _, text in ranked]
+    return [Passage(records[text], score=score, rank=i) for i, (score, text) in enumerate(ranked, start=1)]
+
+
+retrieveEnsemble = fused_retrieval  # DSP v1's name
+
+
+def rank(query: str, passages: Sequence[str]) -> list[str]:
+    """`passages` reordered by relevance to `query`, most relevant first.
+
+    Uses `settings.reranker` (a function `(query, passages) -> scores`) when set, otherwise the cosine
+    similarity of `settings.vectorizer` embeddings.
+    """
+    passages = list(passages)
+    if not passages:
+        return []
+    if settings.reranker is not None:
+        scores = np.asarray(settings.reranker(query, passages), dtype=np.float64)
+    elif settings.vectorizer is not None:
+        vectors = np.asarray(settings.vectorizer([query, *passages]), dtype=np.float64)
+        norms = np.linalg.norm(vectors, axis=1)
+        norms[norms == 0] = 1.0
+        vectors = vectors / norms[:, None]
+        scores = vectors[1:] @ vectors[0]
+    else:
+        raise RuntimeError("dsp.rank needs settings.reranker or settings.vectorizer to be configured")
+    if scores.shape != (len(passages),):
+        raise ValueError(f"the reranker returned {scores.shape} scores for {len(passages)} passages")
+    order = sorted(range(len(passages)), key=lambda i: -scores[i])  # stable: ties keep input order
+    return [passages[i] for i in order]

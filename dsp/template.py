@@ -1,0 +1,281 @@
+"""Type and Template: render an Example (with its demos) into a DSP v1 prompt, and parse completions back.
+
+The format is DSP v1's, byte for byte (see docs: dsp-v1-prompt-format.md). A template is an instruction
+plus ordered fields; each field is rendered as ``name + separator + value``:
+
+>>> Question = Type(prefix="Question:", desc="${the question to be answered}")
+>>> Answer = Type(prefix="Answer:", desc="${a short factoid answer}", format=format_answers)
+>>> qa = Template("Answer questions with short factoid answers.", question=Question, answer=Answer)
+>>> print(qa(Example(question="Who wrote Hamlet?", demos=[])))
+Answer questions with short factoid answers.
+<BLANKLINE>
+---
+<BLANKLINE>
+Follow the following format.
+<BLANKLINE>
+Question: ${the question to be answered}
+Answer: ${a short factoid answer}
+<BLANKLINE>
+---
+<BLANKLINE>
+Question: Who wrote Hamlet?
+Answer:
+>>> qa.extract(Example(question="Who wrote Hamlet?"), " Shakespeare").answer
+'Shakespeare'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from .example import Example
+
+__all__ = ["Type", "Template", "Field", "passages2text", "format_answers"]
+
+PART_SEPARATOR = "\n\n---\n\n"
+GUIDELINES_HEADER = "Follow the following format.\n\n"
+
+
+def _passage_text(passage: Any, where: str) -> str:
+    if isinstance(passage, str):
+        return passage
+    if isinstance(passage, Mapping):  # a passage record from an RM: show it as DSP showed ColBERT's
+        for key in ("long_text", "text"):
+            if isinstance(passage.get(key), str):
+                return passage[key]
+    raise TypeError(f"{where}: a passage must be text, got {type(passage).__name__}: {passage!r:.80}")
+
+
+def passages2text(passages: str | Sequence[str]) -> str:
+    """Format a context: a string as is, one passage as «p», several as numbered «p» lines.
+
+    >>> print(passages2text(["A | a", "B | b"]))
+    [1] «A | a»
+    [2] «B | b»
+    """
+    if isinstance(passages, str):
+        return passages
+    if not isinstance(passages, (list, tuple)):
+        raise TypeError(f"a context must be text or a list of passages, got {type(passages).__name__}")
+    texts = [_passage_text(p, f"passage {i + 1}") for i, p in enumerate(passages)]
+    if len(texts) == 1:
+        return f"«{texts[0]}»"
+    return "\n".join(f"[{i}] «{t}»" for i, t in enumerate(texts, start=1))
+
+
+def format_answers(answers: str | Sequence[str]) -> str:
+    """Show one answer: the first of a list of gold answers (stripped), or a string as is.
+
+    >>> format_answers(["Paris ", "paris, France"])
+    'Paris'
+    """
+    if isinstance(answers, str):
+        return answers
+    if isinstance(answers, (list, tuple)):
+        if not answers:
+            raise ValueError("an empty list of answers cannot be shown")
+        return str(answers[0]).strip()
+    raise TypeError(f"answers must be text or a list of texts, got {type(answers).__name__}")
+
+
+def _collapse(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"needs text, got {type(value).__name__}: {value!r:.80}")
+    return " ".join(value.split())
+
+
+class Type:
+    """One field's look: its prefix in the prompt, its description in the guidelines, an optional formatter.
+
+    >>> Answer = Type(prefix="Answer:", desc="${a short answer}")
+    >>> Answer(desc="${one word}").desc
+    '${one word}'
+    """
+
+    def __init__(self, prefix: str, desc: str, format: Callable[[Any], str] | None = None) -> None:
+        if not isinstance(prefix, str) or not prefix.strip():
+            raise ValueError(f"Type prefix must be non-empty text, got {prefix!r}")
+        if not isinstance(desc, str):
+            raise TypeError(f"Type desc must be text, got {type(desc).__name__}: {desc!r:.80}")
+        if format is not None and not callable(format):
+            raise TypeError(f"Type format must be callable, got {type(format).__name__}")
+        self.prefix = prefix
+        self.desc = desc
+        self.format = format
+
+    def __call__(self, **changes: Any) -> "Type":
+        return Type(**{"prefix": self.prefix, "desc": self.desc, "format": self.format, **changes})
+
+    def __repr__(self) -> str:
+        return f"Type(prefix={self.prefix!r}, desc={self.desc!r})"
+
+
+@dataclass(frozen=True)
+class Field:
+    """A template field: `name` is the stripped prefix, `separator` its trailing whitespace (or a space)."""
+
+    name: str
+    separator: str
+    input_variable: str
+    output_variable: str
+    description: str
+
+
+class Template:
+    """An instruction and ordered fields; `template(example)` is the prompt, `template.extract` parses.
+
+    See the module docstring for an example.
+    """
+
+    def __init__(self, instructions: str, **fields: Type) -> None:
+        if not isinstance(instructions, str):
+            raise TypeError(f"Template instructions must be text, got {type(instructions).__name__}")
+        if not fields:
+            raise ValueError("a Template needs at least one field, e.g. question=dsp.Type(...)")
+        self.instructions = instructions
+        self.kwargs = fields
+        self.fields: list[Field] = []
+        self.format_handlers: dict[str, Callable[[Any], str]] = {"context": passages2text, "answers": format_answers}
+        for key, kind in fields.items():
+            if not isinstance(kind, Type):
+                raise TypeError(f"template field {key!r} must be a dsp.Type, got {type(kind).__name__}: {kind!r:.80}")
+            stripped = kind.prefix.rstrip()
+            separator = kind.prefix[len(stripped):] or " "
+            self.fields.append(Field(kind.prefix.strip(), separator, key, key, kind.desc))
+            if kind.format is not None:
+                self.format_handlers[key] = kind.format
+        names = [f.name for f in self.fields]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"two template fields share the prefix {name!r}: completions could not be parsed")
+        self.keys = [f.input_variable for f in self.fields]
+        # DSP v1's "long" format: blank lines between fields of augmented records.
+        self.is_long = len(self.fields) > 3 or any(f.separator == "\n" for f in self.fields)
+
+    def __repr__(self) -> str:
+        return f"Template({self.instructions!r}, fields={self.keys})"
+
+    # -- rendering -------------------------------------------------------------------------------
+
+    def _format(self, field: Field, value: Any, where: str) -> str:
+        handler = self.format_handlers.get(field.input_variable, _collapse)
+        try:
+            return handler(value)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{where}, field {field.input_variable!r}: {error}") from None
+
+    def query(self, example: Mapping[str, Any], is_demo: bool = False, where: str = "the example") -> str:
+        """Render one record: each present, non-None field in template order.
+
+        Unless `is_demo`, the first field after the last filled one is set to "" so the prompt ends
+        with that field's name for the LM to continue.
+        """
+        record = dict(example)
+        if not is_demo:
+            filled = [_has_value(record, key) for key in self.keys]
+            for i in range(1, len(filled)):
+                if filled[i - 1] and not any(filled[i:]):
+                    record[self.keys[i]] = ""
+                    break
+        parts = [
+            f"{field.name}{field.separator}{self._format(field, record[field.input_variable], where)}"
+            for field in self.fields
+            if record.get(field.input_variable) is not None
+        ]
+        joiner = "\n\n" if self.is_long and record.get("augmented") else "\n"
+        return joiner.join(parts)
+
+    def guidelines(self, show_guidelines: bool = True) -> str:
+        """The "Follow the following format." block: every field holding its own description."""
+        if not show_guidelines:
+            return ""
+        record = {f.input_variable: f.description for f in self.fields}
+        record["augmented"] = self.is_long
+        return GUIDELINES_HEADER + self.query(record, is_demo=True, where="the guidelines")
+
+    def _check_demo(self, i: int, demo: Any) -> None:
+        if not isinstance(demo, Mapping):
+            raise TypeError(f"demo {i} is a {type(demo).__name__}, not an Example or dict: {demo!r:.80}")
+        if not any(key in demo for key in self.keys):
+            raise ValueError(
+                f"demo {i} has none of the template's fields ({', '.join(self.keys)}); "
+                f"its fields are: {', '.join(map(str, demo)) or 'none'}"
+            )
+
+    def __call__(self, example: Mapping[str, Any], show_guidelines: bool = True) -> str:
+        """The full prompt for `example`, its `demos` included."""
+        if not isinstance(example, Mapping):
+            raise TypeError(f"a template renders an Example or dict, not {type(example).__name__}")
+        query = Example(example)
+        last = self.keys[-1]
+        query.pop(last, None)
+        if len(self.keys) > 1 and not any(_has_value(query, key) for key in self.keys[:-1]):
+            raise ValueError(
+                f"the example has none of the template's input fields ({', '.join(self.keys[:-1])}); "
+                f"its fields are: {', '.join(k for k in query if k != 'demos') or 'none'}"
+            )
+        demos = query.get("demos") or []
+        raw, augmented = [], []
+        for i, demo in enumerate(demos):
+            self._check_demo(i, demo)
+            if demo.get("augmented"):
+                augmented.append(self.query(demo, is_demo=True, where=f"demo {i}"))
+            elif demo.get(last) is not None:
+                if not any(demo.get(key) is not None for key in self.keys[:-1]):
+                    raise ValueError(f"demo {i} has {last!r} but none of the inputs {', '.join(self.keys[:-1])}")
+                raw.append(self.query(demo, is_demo=True, where=f"demo {i}"))
+        if self.is_long:
+            query["augmented"] = True
+        rendered_query = self.query(query)
+        guidelines = self.guidelines(show_guidelines)
+        raw_block = "\n\n".join(raw)
+        if raw_block and not augmented and not self.is_long:
+            parts = [self.instructions, guidelines, raw_block + "\n\n" + rendered_query]
+        elif not raw_block:
+            parts = [self.instructions, guidelines, *augmented, rendered_query]
+        else:
+            parts = [self.instructions, raw_block, guidelines, *augmented, rendered_query]
+        return PART_SEPARATOR.join(p.strip() for p in parts if p.strip()).strip()
+
+    # -- parsing ---------------------------------------------------------------------------------
+
+    def extract(self, example: Mapping[str, Any], raw_pred: str) -> Example:
+        """Parse a completion into fields, starting at the first field `example` lacks.
+
+        Each field runs up to the next field's name at a line start; the last field takes the rest.
+        """
+        if not isinstance(raw_pred, str):
+            raise TypeError(f"a completion must be text, got {type(raw_pred).__name__}: {raw_pred!r:.80}")
+        result = Example(example)
+        idx = next((i for i, key in enumerate(self.keys) if result.get(key) is None), len(self.keys))
+        idx = min(idx, len(self.keys) - 1)
+        rest = raw_pred.strip()
+        # A completion that opens by echoing the field being filled ("Answer: Paris"), or by jumping to
+        # a later field (skipping this one), is read as that field rather than as literal text.
+        for j in range(len(self.fields) - 1, idx - 1, -1):
+            if rest.startswith(self.fields[j].name):
+                idx, rest = j, rest[len(self.fields[j].name):].strip()
+                break
+        while rest:
+            field = self.fields[idx]
+            if idx == len(self.fields) - 1:
+                result[field.output_variable] = rest
+                break
+            # The field ends where the next field's name starts a line; if the model skipped the next
+            # field, a later field's name ends it instead (whichever comes first).
+            found = [(rest.find("\n" + later.name), j) for j, later in enumerate(self.fields[idx + 1:], start=idx + 1)]
+            found = [(pos, j) for pos, j in found if pos >= 0]
+            if not found:
+                result[field.output_variable] = rest
+                break
+            pos, j = min(found)
+            result[field.output_variable] = rest[:pos].strip()
+            rest = rest[pos + 1 + len(self.fields[j].name):].strip()
+            idx = j
+        return result
+
+
+def _has_value(record: Mapping[str, Any], key: str) -> bool:
+    value = record.get(key)
+    return value is not None and not (isinstance(value, str) and value == "")

@@ -1,0 +1,1 @@
+"""The paper's programs and baselines, written against the public `dsp` API only."""

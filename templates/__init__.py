@@ -1,0 +1,1 @@
+"""Prompt templates of the bundled programs, one module per program family."""
