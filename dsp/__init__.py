@@ -13,6 +13,7 @@ from . import cache, utils
 from .clients import (
     LM, RM, HashingVectorizer, Passage, ReplayLM, ReplayRM, UnrecordedRequest, Usage, Vectorizer,
 )
+from .evaluation import EvaluationResult, evaluate, summarize_seeds
 from .example import Completions, Example
 from .metrics import (
     EM, F1, HotPotF1, answer_match, best_subspan_em, has_answer, nF1, normalize_text, passage_match,
@@ -38,5 +39,7 @@ __all__ = [
     "annotate", "sample", "knn", "crossval", "all_but", "transformation",
     # metrics
     "normalize_text", "EM", "F1", "HotPotF1", "nF1", "best_subspan_em", "has_answer", "passage_match", "answer_match",
+    # evaluation
+    "evaluate", "EvaluationResult", "summarize_seeds",
     "utils", "__version__",
 ]

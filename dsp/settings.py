@@ -33,6 +33,7 @@ SETTINGS_KEYS: Mapping[str, str] = MappingProxyType({
     "branch_idx": "seed of dsp.sample and of branch-specific LM sampling",
     "lm_overrides": "dict of generation parameters forced on every generate call (dsp.branch sets it)",
     "trace": "a list that records every generate stage when set (dsp.evaluate sets one per example)",
+    "usage": "a dsp.Usage that also counts this context's LM requests and tokens (one per evaluated example)",
 })
 
 _OVERLAY: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar("dsp_settings", default=None)

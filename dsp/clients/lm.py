@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from .. import cache as _cache
+from ..settings import settings
 
 __all__ = ["LM", "Usage", "HISTORY_SIZE"]
 
@@ -50,6 +51,19 @@ class Usage:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "total_tokens": self.total_tokens}
+
+    def add(self, usage: Mapping[str, Any], cached: bool, prices: tuple[float, float] | None = None) -> None:
+        """Count one response: its tokens if it was a real request, else one cache hit."""
+        if cached:
+            self.cached_requests += 1
+            return
+        prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        completion_tokens = int(usage.get("completion_tokens") or 0)
+        self.requests += 1
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+        if prices:
+            self.cost += (prompt_tokens * prices[0] + completion_tokens * prices[1]) / 1e6
 
 
 class LM:
@@ -147,18 +161,11 @@ class LM:
         return {"choices": choices, "usage": usage}, all_cached
 
     def _account(self, response: Mapping[str, Any], cached: bool) -> None:
-        usage = response.get("usage") or {}
+        # The client's own totals, and the current context's (dsp.evaluate counts tokens per example).
+        targets = [self.usage] + ([settings.usage] if isinstance(settings.usage, Usage) else [])
         with self._lock:
-            if cached:
-                self.usage.cached_requests += 1
-                return
-            self.usage.requests += 1
-            prompt_tokens = int(usage.get("prompt_tokens") or 0)
-            completion_tokens = int(usage.get("completion_tokens") or 0)
-            self.usage.prompt_tokens += prompt_tokens
-            self.usage.completion_tokens += completion_tokens
-            if self.prices:
-                self.usage.cost += (prompt_tokens * self.prices[0] + completion_tokens * self.prices[1]) / 1e6
+            for usage in targets:
+                usage.add(response.get("usage") or {}, cached, self.prices)
 
     @property
     def num_requests(self) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
 from hashlib import sha256
 from pathlib import Path
 from typing import Any, Iterator
@@ -76,6 +77,7 @@ class _Recording:
         self.lines: dict[str, int] = {}
         self.requests: list[tuple[int, dict[str, Any]]] = []
         self._cursor: dict[str, int] = {}
+        self._lock = threading.Lock()  # the cursor of repeated requests is shared by evaluation threads
         for number, record in _read_jsonl(self.path):
             if response_key not in record:
                 raise ValueError(f"{self.path}:{number}: the record has no {response_key!r}")
@@ -93,8 +95,9 @@ class _Recording:
         responses = self.responses.get(key)
         if responses is None:
             raise UnrecordedRequest(self._explain(request, text_field))
-        i = self._cursor.get(key, 0)
-        self._cursor[key] = min(i + 1, len(responses) - 1)
+        with self._lock:
+            i = self._cursor.get(key, 0)
+            self._cursor[key] = min(i + 1, len(responses) - 1)
         return responses[i]
 
     def _explain(self, request: dict[str, Any], text_field: str) -> str:

@@ -1,0 +1,276 @@
+"""Evaluate a program on a dev set: parallel, resumable, every example written as it finishes.
+
+Each example runs in its own settings context (its own stage trace and token count) on a copy of the
+caller's context, so `with dsp.settings.context(lm=...)` around `evaluate` reaches every worker
+thread. Results stream into a JSONL file, one line per finished example; a rerun with the same file
+skips the finished examples and returns the same results, so a killed evaluation resumes where it
+stopped. The gold fields are removed from what the program sees.
+
+>>> result = dsp.evaluate(program, dev, metric=dsp.EM, num_threads=8, out="runs/rtr.jsonl")  # doctest: +SKIP
+Answered 51 / 300 (17.0%) correctly.
+>>> result.df.head()                                                                         # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import json
+import logging
+import math
+import os
+import threading
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from hashlib import sha256
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from .clients.lm import Usage
+from .example import Example
+from .metrics import EM
+from .settings import settings
+
+__all__ = ["evaluate", "EvaluationResult", "summarize_seeds", "example_fingerprint", "LABEL_FIELDS"]
+
+LABEL_FIELDS = ("answer", "answers", "gold", "label", "labels")  # never shown to the program
+log = logging.getLogger("dsp.evaluate")
+
+
+def example_fingerprint(example: Mapping[str, Any]) -> str:
+    """A short stable hash of an example's content: a resumed run only reuses rows of the same example."""
+    text = json.dumps(example, sort_keys=True, ensure_ascii=False, default=str)
+    return sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _jsonable(value: Any) -> Any:
+    """The JSON-safe form of a prediction or trace (Examples are dicts; anything else becomes text)."""
+    try:
+        return json.loads(json.dumps(value, ensure_ascii=False, default=str))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+@dataclass
+class EvaluationResult:
+    """Per-example rows (in dev-set order) and the aggregate score (mean metric × 100)."""
+
+    rows: list[dict[str, Any]]
+    metric_name: str
+    out: str | None = None
+    seed: int | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    @property
+    def scores(self) -> list[float]:
+        return [float(r["score"]) for r in self.rows if r.get("error") is None]
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r.get("error") is not None]
+
+    @property
+    def score(self) -> float:
+        """Mean score × 100 over all examples (an errored example scores 0)."""
+        return 100.0 * sum(self.scores) / len(self.rows) if self.rows else 0.0
+
+    @property
+    def df(self) -> Any:
+        """The rows as a pandas DataFrame (traces left out)."""
+        import pandas as pd
+
+        return pd.DataFrame([{k: v for k, v in r.items() if k != "trace"} for r in self.rows])
+
+    def confidence_interval(self, z: float = 1.96) -> tuple[float, float]:
+        """Normal-approximation 95% interval of the score (× 100)."""
+        n = len(self.rows)
+        if n == 0:
+            return (0.0, 0.0)
+        mean = self.score / 100
+        values = self.scores + [0.0] * len(self.errors)
+        var = sum((v - mean) ** 2 for v in values) / max(n - 1, 1)
+        half = z * math.sqrt(var / n)
+        return (100 * (mean - half), 100 * (mean + half))
+
+    def summary(self) -> str:
+        correct = sum(self.scores)
+        shown = int(correct) if float(correct).is_integer() else round(correct, 2)
+        text = f"Answered {shown} / {len(self.rows)} ({round(self.score, 1)}%) correctly."
+        if self.errors:
+            text += f" {len(self.errors)} example(s) failed (see 'error' in {self.out or 'the rows'}); a rerun retries them."
+        return text
+
+    def __repr__(self) -> str:
+        return f"EvaluationResult({self.metric_name}={self.score:.1f}, n={len(self.rows)}, out={self.out!r})"
+
+
+def _metric_caller(metric: Callable[..., Any]) -> Callable[[Any, Any, Example], float]:
+    try:
+        params = inspect.signature(metric).parameters
+    except (TypeError, ValueError):
+        params = {}
+    takes_example = "example" in params
+
+    def call(prediction: Any, gold: Any, example: Example) -> float:
+        value = metric(prediction, gold, example=example) if takes_example else metric(prediction, gold)
+        return float(value)
+
+    return call
+
+
+def _read_done(path: Path) -> dict[int, dict[str, Any]]:
+    """Finished rows of an earlier run; a half-written last line (a kill mid-write) is dropped."""
+    done: dict[int, dict[str, Any]] = {}
+    if not path.exists():
+        return done
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                log.warning("%s:%d is incomplete (an interrupted write); that example runs again", path, number)
+                continue
+            if isinstance(row, dict) and isinstance(row.get("index"), int) and row.get("error") is None:
+                done[row["index"]] = row
+    return done
+
+
+def evaluate(
+    program: Callable[..., Any],
+    devset: Sequence[Mapping[str, Any]],
+    metric: Callable[..., Any] = EM,
+    num_threads: int = 1,
+    out: str | os.PathLike | None = None,
+    inputs: str | None = "question",
+    gold: str = "answer",
+    field: str = "answer",
+    labels: Iterable[str] = LABEL_FIELDS,
+    seed: int | None = None,
+    display_progress: bool = True,
+    display: bool = True,
+) -> EvaluationResult:
+    """Run `program` on every dev example, score it with `metric(prediction, example[gold])`.
+
+    - `inputs="question"` calls `program(example.question)` (DSP v1's convention); `inputs=None`
+      calls `program(example)` with the gold `labels` removed. A program may return the prediction
+      or an Example, whose `field` is the prediction.
+    - A metric with an `example` parameter also receives the example (e.g. nF1 needs the history).
+    - `out`: the JSONL file of per-example rows (index, id, question, gold, prediction, score,
+      trace, usage, seconds, error). Finished rows already there are reused: a rerun resumes.
+    - `seed`: recorded in the rows and used as `settings.branch_idx`, so `dsp.sample` draws this
+      seed's demonstrations.
+    - An example whose program raises is recorded with its error and scores 0; a rerun retries it.
+    """
+    if not callable(program):
+        raise TypeError(f"evaluate needs a callable program, got {type(program).__name__}")
+    examples = [e if isinstance(e, Example) else Example(e) for e in devset]
+    for i, example in enumerate(examples):
+        if gold not in example:
+            raise ValueError(f"dev example {i} has no gold field {gold!r} (its fields: {', '.join(example)})")
+        if inputs is not None and inputs not in example:
+            raise ValueError(f"dev example {i} has no input field {inputs!r} (its fields: {', '.join(example)})")
+    if not isinstance(num_threads, int) or num_threads < 1:
+        raise ValueError(f"num_threads must be a positive integer, got {num_threads!r}")
+    labels = tuple(labels)
+    score_of = _metric_caller(metric)
+    metric_name = getattr(metric, "__name__", type(metric).__name__)
+    path = Path(out) if out is not None else None
+    done: dict[int, dict[str, Any]] = {}
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        earlier = _read_done(path)
+        done = {i: row for i, row in earlier.items()
+                if i < len(examples) and row.get("fingerprint") == example_fingerprint(examples[i])
+                and row.get("seed") == seed}
+    write_lock = threading.Lock()
+    total_usage = Usage()
+
+    def run_one(i: int) -> dict[str, Any]:
+        example = examples[i]
+        trace: list[dict[str, Any]] = []
+        usage = Usage()
+        started = time.perf_counter()
+        row: dict[str, Any] = {
+            "index": i, "id": example.get("id"), "seed": seed, "fingerprint": example_fingerprint(example),
+            "question": example.get("question"), "gold": _jsonable(example.get(gold)),
+        }
+        overrides: dict[str, Any] = {"trace": trace, "usage": usage}
+        if seed is not None:
+            overrides["branch_idx"] = seed
+        try:
+            with settings.context(**overrides):
+                arg = example[inputs] if inputs is not None else example.without(*labels)
+                output = program(arg)
+            prediction = output.get(field) if isinstance(output, Mapping) else output
+            row.update(prediction=_jsonable(prediction), score=score_of(prediction, example[gold], example),
+                       error=None)
+        except Exception as error:  # one failing example must not lose the others; it is recorded
+            row.update(prediction=None, score=0.0,
+                       error=f"{type(error).__name__}: {error}",
+                       traceback="".join(traceback.format_exception(error))[-4000:])
+        row.update(trace=_jsonable(trace), usage=usage.as_dict(), seconds=round(time.perf_counter() - started, 3))
+        with write_lock:
+            for key in ("requests", "cached_requests", "prompt_tokens", "completion_tokens"):
+                setattr(total_usage, key, getattr(total_usage, key) + getattr(usage, key))
+            total_usage.cost += usage.cost
+            if path is not None:
+                with path.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+        return row
+
+    todo = [i for i in range(len(examples)) if i not in done]
+    rows: dict[int, dict[str, Any]] = dict(done)
+    progress = None
+    if display_progress:
+        from tqdm.auto import tqdm
+
+        progress = tqdm(total=len(examples), initial=len(done), desc=f"evaluate ({metric_name})", unit="ex")
+
+    def finished(row: dict[str, Any]) -> None:
+        rows[row["index"]] = row
+        if progress is not None:
+            scored = [r["score"] for r in rows.values()]
+            progress.set_postfix_str(f"{metric_name}={100 * sum(scored) / len(scored):.1f}")
+            progress.update(1)
+
+    try:
+        if num_threads == 1:
+            for i in todo:
+                finished(run_one(i))
+        else:
+            with ThreadPoolExecutor(num_threads) as pool:
+                # Each task runs in a copy of the caller's context: its settings reach the workers.
+                pending = {pool.submit(contextvars.copy_context().run, run_one, i) for i in todo}
+                while pending:
+                    complete, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in complete:
+                        finished(future.result())
+    finally:
+        if progress is not None:
+            progress.close()
+    result = EvaluationResult([rows[i] for i in sorted(rows)], metric_name, str(path) if path else None, seed,
+                              total_usage)
+    if display:
+        print(result.summary())
+    return result
+
+
+def summarize_seeds(results: Sequence[EvaluationResult]) -> Any:
+    """A pandas table of per-seed scores plus their mean ± sample standard deviation."""
+    import pandas as pd
+
+    if not results:
+        raise ValueError("summarize_seeds needs at least one EvaluationResult")
+    table = pd.DataFrame([{"seed": r.seed, "n": len(r.rows), "score": r.score, "errors": len(r.errors)}
+                          for r in results])
+    mean = table["score"].mean()
+    std = table["score"].std(ddof=1) if len(table) > 1 else 0.0
+    table.attrs["mean"], table.attrs["std"] = float(mean), float(std)
+    table.attrs["text"] = f"{mean:.1f} ± {std:.1f} over {len(table)} seed(s)"
+    return table

@@ -1,0 +1,147 @@
+"""dsp.evaluate: serial = parallel, per-example JSONL, resume after a kill, errors kept, no label leak."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from functools import partial
+
+import pytest
+from helpers import ScriptedLM
+
+import dsp
+from programs import intro
+
+
+def test_parallel_evaluation_agrees_with_serial_on_the_replayed_intro(data_dir, tmp_path):
+    train, dev = intro.load_intro_data()
+    d = data_dir / "dsp_v1"
+    results = {}
+    for threads in (1, 8):
+        lm, rm = dsp.ReplayLM(d / "dsp_v1_intro_lm.jsonl"), dsp.ReplayRM(d / "dsp_v1_intro_rm.jsonl")
+        with dsp.settings.context(lm=lm, rm=rm, cache_dir=str(tmp_path / f"cache{threads}")):
+            results[threads] = [
+                dsp.evaluate(partial(intro.PROGRAMS[name], train=train), dev, num_threads=threads,
+                             out=tmp_path / f"{name}-{threads}.jsonl", display_progress=False)
+                for name in ("retrieve_then_read_QA_v2", "multihop_QA_v2")
+            ]
+    for serial, parallel in zip(results[1], results[8]):
+        assert [r["prediction"] for r in serial.rows] == [r["prediction"] for r in parallel.rows]
+        assert [r["trace"] for r in serial.rows] == [r["trace"] for r in parallel.rows]
+    assert [round(r.score, 1) for r in results[8]] == [53.8, 84.6]
+    rows = [json.loads(line) for line in open(tmp_path / "multihop_QA_v2-8.jsonl")]
+    assert sorted(r["index"] for r in rows) == list(range(13))
+    row = next(r for r in rows if r["index"] == 3)
+    assert row["question"] == dev[3].question and row["gold"] == dev[3].answer and row["prediction"] == "1828"
+    assert [t["stage"] for t in row["trace"]][-3:] == ["h0", "h1", "qa"]
+    # P5 makes 12 LM calls per question; in the serial run, 9 of them (the annotation attempts) are
+    # cache hits after the first question, so only 3 reach the LM.
+    assert row["usage"]["requests"] + row["usage"]["cached_requests"] == 12
+    assert results[1][1].rows[3]["usage"]["requests"] == 3
+
+
+def test_the_program_never_sees_the_gold_labels():
+    seen = []
+
+    def program(x):
+        seen.append(dict(x))
+        return x.copy(answer="a")
+
+    dev = [dsp.Example(question="q", answer=["a"], answers=["a"], history=["h"])]
+    result = dsp.evaluate(program, dev, inputs=None, display=False, display_progress=False)
+    assert seen == [{"question": "q", "history": ["h"]}] and result.score == 100.0
+
+
+def test_errors_are_recorded_and_retried_on_rerun(tmp_path):
+    out = tmp_path / "run.jsonl"
+    fail = {"q1"}
+
+    def program(question):
+        if question in fail:
+            raise ConnectionError("server down")
+        return question.upper()
+
+    dev = [dsp.Example(question=q, answer=q.upper()) for q in ("q0", "q1", "q2")]
+    first = dsp.evaluate(program, dev, out=out, display_progress=False, display=False)
+    assert [r["error"] for r in first.rows] == [None, "ConnectionError: server down", None]
+    assert first.score == pytest.approx(200 / 3) and "1 example(s) failed" in first.summary()
+    fail.clear()
+    second = dsp.evaluate(program, dev, out=out, display_progress=False, display=False)
+    assert second.score == 100.0 and not second.errors
+
+
+def test_metric_may_take_the_example():
+    def metric(prediction, gold, example):
+        return dsp.nF1(example.history, prediction, gold)
+
+    dev = [dsp.Example(question="q", history="Apple was founded by Steve Jobs", answer=["Steve Wozniak"])]
+    result = dsp.evaluate(lambda q: "Steve Jobs", dev, metric=metric, display=False, display_progress=False)
+    assert result.score == 0.0
+
+
+def test_seeds_drive_sampling_and_summaries(tmp_path):
+    train = [dsp.Example(question=f"t{i}", answer="x") for i in range(10)]
+    dev = [dsp.Example(question="q", answer="t0")]
+    results = [dsp.evaluate(lambda q: dsp.sample(train, 1)[0].question, dev, seed=s, display=False,
+                            display_progress=False) for s in range(5)]
+    picks = [r.rows[0]["prediction"] for r in results]
+    assert picks == [dsp.sample(train, 1, seed=s)[0].question for s in range(5)] and len(set(picks)) > 1
+    table = dsp.summarize_seeds(results)
+    assert list(table["seed"]) == [0, 1, 2, 3, 4] and "over 5 seed(s)" in table.attrs["text"]
+
+
+def test_bad_dev_sets_are_named():
+    with pytest.raises(ValueError, match="dev example 1 has no gold field 'answer'"):
+        dsp.evaluate(str, [{"question": "q", "answer": "a"}, {"question": "q"}], display=False)
+    with pytest.raises(ValueError, match="no input field 'question'"):
+        dsp.evaluate(str, [{"query": "q", "answer": "a"}], display=False)
+
+
+KILLED_RUN = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    import dsp
+    from helpers import ScriptedLM
+    from templates.intro import qa_template
+
+    calls = open({calls!r}, "a")
+    def respond(prompt, request):
+        calls.write("x\\n"); calls.flush()
+        time.sleep(0.05)
+        return [" " + prompt.split("Question: ")[-1].split("\\n")[0][::-1]]
+
+    dev = [dsp.Example(question=f"question {{i}}", answer=f"question {{i}}"[::-1]) for i in range(40)]
+    def program(q):
+        return dsp.generate(qa_template)(dsp.Example(question=q))[1].answer
+    with dsp.settings.context(lm=ScriptedLM(respond), cache=False):
+        r = dsp.evaluate(program, dev, num_threads=4, out={out!r}, display_progress=False)
+    print(r.score)
+""")
+
+
+def test_a_killed_evaluation_resumes_and_reproduces(tmp_path):
+    out, calls = tmp_path / "run.jsonl", tmp_path / "calls.txt"
+    script = tmp_path / "run.py"
+    script.write_text(KILLED_RUN.format(tests=os.path.dirname(__file__), calls=str(calls), out=str(out)))
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env)
+    while not out.exists() or len(out.read_text().splitlines()) < 10:
+        assert proc.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    written = len([ln for ln in out.read_text().splitlines() if ln.strip()])
+    assert 10 <= written < 40
+    done_before = written
+    calls.write_text("")
+    finished = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=True)
+    assert finished.stdout.strip().splitlines()[-1] == "100.0"
+    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    assert sorted({r["index"] for r in rows}) == list(range(40))
+    # the rerun called the LM only for the examples the killed run had not finished
+    assert len(calls.read_text().splitlines()) <= 40 - done_before + 4
