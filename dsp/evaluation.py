@@ -35,7 +35,9 @@ from .settings import settings
 
 __all__ = ["evaluate", "EvaluationResult", "summarize_seeds", "example_fingerprint", "LABEL_FIELDS"]
 
-LABEL_FIELDS = ("answer", "answers", "gold", "label", "labels")  # never shown to the program
+# Gold fields of the bundled datasets: never shown to the program under evaluation.
+LABEL_FIELDS = ("answer", "answers", "gold", "label", "labels", "gold_passage", "gold_passage_id", "gold_titles",
+                "nq_annotated_gold", "Answer", "Rewrite")
 log = logging.getLogger("dsp.evaluate")
 
 

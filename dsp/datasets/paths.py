@@ -1,5 +1,8 @@
 """DSP_DATA_DIR: a local mirror of the public datasets, read in place (never copied into a project).
 
+`data_path(name)` finds a file by its place in that layout: in DSP_DATA_DIR, else among finished
+downloads, else it downloads the registered public source (verified; see `registry`).
+
 >>> data_path("nq_open/NQ-open.dev.jsonl")        # doctest: +SKIP
 PosixPath('/data/nq_open/NQ-open.dev.jsonl')
 """
@@ -9,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["data_dir", "data_path"]
+__all__ = ["data_dir", "data_path", "local_path"]
 
 
 def data_dir() -> Path:
@@ -24,9 +27,25 @@ def data_dir() -> Path:
     return path
 
 
-def data_path(relative: str) -> Path:
-    """`relative` inside DSP_DATA_DIR; a clear error naming the file when it is absent."""
-    path = data_dir() / relative
-    if not path.exists():
-        raise FileNotFoundError(f"{relative} is not in DSP_DATA_DIR ({data_dir()}): expected {path}")
-    return path
+def local_path(name: str) -> Path | None:
+    """`name` in DSP_DATA_DIR or in the download directory, if it is there; no download."""
+    from .registry import download_dir
+
+    mirror = os.environ.get("DSP_DATA_DIR")
+    for base in ([Path(mirror).expanduser()] if mirror else []) + [download_dir()]:
+        if (base / name).exists():
+            return base / name
+    return None
+
+
+def data_path(name: str) -> Path:
+    """The local path of dataset file `name`, downloading a registered public file if needed."""
+    found = local_path(name)
+    if found is not None:
+        return found
+    from .registry import REGISTRY, fetch
+
+    if name in REGISTRY and REGISTRY[name].url:
+        return fetch(name)
+    mirror = os.environ.get("DSP_DATA_DIR")
+    raise FileNotFoundError(f"{name} is not in DSP_DATA_DIR ({mirror or 'unset'}) and has no registered download")

@@ -1,0 +1,60 @@
+"""The paper's evaluation protocol: k-shot training sets sampled per seed, a downsampled dev set.
+
+DSP (§3) samples 16 training examples per seed, runs 5 seeds and reports the mean; dev sets are
+downsampled for cost. Both draws are seeded and independent of each other, so a run is reproducible.
+
+>>> pool = [Example(question=str(i), answer=[str(i)]) for i in range(100)]
+>>> shots = few_shot_train(pool, k=16, seeds=range(5))
+>>> [len(shots[s]) for s in range(5)]
+[16, 16, 16, 16, 16]
+>>> len(downsample(pool, 30)) == 30 and downsample(pool, 30) == downsample(pool, 30)
+True
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Iterable, Sequence
+
+from ..example import Example
+
+__all__ = ["few_shot_train", "downsample", "split_pool"]
+
+PAPER_SHOTS = 16
+PAPER_SEEDS = (0, 1, 2, 3, 4)
+
+
+def few_shot_train(pool: Sequence[Example], k: int = PAPER_SHOTS, seeds: Iterable[int] = PAPER_SEEDS) -> dict[int, list[Example]]:
+    """For each seed, k training examples drawn without replacement from `pool` (seeded shuffle)."""
+    pool = list(pool)
+    if k > len(pool):
+        raise ValueError(f"cannot draw {k} training examples from a pool of {len(pool)}")
+    out = {}
+    for seed in seeds:
+        order = list(range(len(pool)))
+        random.Random(f"train-{seed}").shuffle(order)
+        out[seed] = [Example(pool[i]) for i in order[:k]]
+    return out
+
+
+def downsample(dev: Sequence[Example], n: int | None, seed: int = 0) -> list[Example]:
+    """n dev examples chosen by a seeded draw, kept in their original order (all of them if n is None)."""
+    dev = list(dev)
+    if n is None or n >= len(dev):
+        return dev
+    if n < 0:
+        raise ValueError(f"cannot keep {n} dev examples")
+    chosen = sorted(random.Random(f"dev-{seed}").sample(range(len(dev)), n))
+    return [dev[i] for i in chosen]
+
+
+def split_pool(examples: Sequence[Example], n_train_pool: int, seed: int = 0) -> tuple[list[Example], list[Example]]:
+    """Split one labelled set into a training pool and the rest, for datasets whose train split is not
+    available locally (NQ-open and SQuAD dev here): the two never share an example."""
+    examples = list(examples)
+    if not 0 < n_train_pool < len(examples):
+        raise ValueError(f"a training pool of {n_train_pool} does not fit {len(examples)} examples")
+    order = list(range(len(examples)))
+    random.Random(f"pool-{seed}").shuffle(order)
+    pool = set(order[:n_train_pool])
+    return ([examples[i] for i in sorted(pool)], [examples[i] for i in range(len(examples)) if i not in pool])
