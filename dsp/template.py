@@ -156,6 +156,20 @@ class Template:
     def __repr__(self) -> str:
         return f"Template({self.instructions!r}, fields={self.keys})"
 
+    def stops_for(self, example: Mapping[str, Any]) -> list[str]:
+        """Stop sequences for a model that would otherwise go on to write the next record.
+
+        DSP v1 sent none (GPT-3 stopped by itself); a base model continues with a part separator or
+        with one of the input fields (a new question), which never belong in a completion.
+        `dsp.generate(template, stop="auto")` uses these.
+
+        >>> t = Template("i", question=Type("Question:", "q"), answer=Type("Answer:", "a"))
+        >>> t.stops_for({"question": "Who?"})
+        ['\\n\\n---', '\\nQuestion:']
+        """
+        inputs = [f"\n{f.name}" for f in self.fields[:-1] if _has_value(example, f.input_variable)]
+        return ["\n\n---", *inputs]
+
     # -- rendering -------------------------------------------------------------------------------
 
     def _format(self, field: Field, value: Any, where: str) -> str:

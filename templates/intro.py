@@ -3,7 +3,7 @@
 import dsp
 
 __all__ = [
-    "Question", "Answer", "Context", "Rationale", "SearchRationale", "CondSearchRationale", "SearchQuery",
+    "QA_INSTRUCTIONS", "SEARCH_INSTRUCTIONS", "Question", "Answer", "Context", "Rationale", "SearchRationale", "CondSearchRationale", "SearchQuery",
     "qa_template", "qa_template_with_passages", "qa_template_with_CoT", "rewrite_template", "hop_template",
 ]
 

@@ -40,7 +40,8 @@ def _current_lm() -> Any:
 def generate(template: Template, **params: Any) -> Callable[..., tuple[Example, Completions]]:
     """A function `(example, stage=None) -> (example, completions)` that prompts the LM with `template`.
 
-    Asks for `n` completions (`params` are generation parameters: n, temperature, max_tokens, stop...),
+    Asks for `n` completions (`params` are generation parameters: n, temperature, max_tokens, stop...;
+    `stop="auto"` stops where a base model would start the next record, see `Template.stops_for`),
     keeps those that filled the most fields, and, when none filled the last field, continues the first
     one greedily (n=1, temperature 0, half the max_tokens, at least 75) up to two times. With a
     `stage`, each demo is first overlaid with its record for that stage, and the single completion is
@@ -63,6 +64,8 @@ def _generate(template: Template, lm: Any, example: Example, stage: str | None,
     if stage is not None:
         example = example.demos_at(lambda demo: demo[stage])
     prompt = template(example)
+    if call_params.get("stop") == "auto":
+        call_params = {**call_params, "stop": template.stops_for(example)}
     texts = lm(prompt, **call_params)
     if not isinstance(texts, list) or not texts:
         raise ValueError(f"the LM {lm!r} returned no completions (got {texts!r:.80}) for a prompt ending {prompt[-80:]!r}")

@@ -1,0 +1,84 @@
+"""Multi-hop QA programs (HotPotQA), paper §3.4: baselines and the DSP program.
+
+- `vanilla`: the LM alone with sampled demonstrations.
+- `retrieve_then_read`: the top 2 passages for the question, then a few-shot answer.
+- `self_ask` (programs.self_ask): follow-up questions answered with the same RM.
+- `dsp_program`: DEMONSTRATE with demos annotated by a simpler greedy two-hop pipeline; SEARCH over
+  two hops, each sampling n=10 queries (plus the question) whose results are fused with CombSUM,
+  the hop's summary of what it learned carried to the next hop and to the answer; PREDICT with chain
+  of thought and self-consistency, over the summaries and the last hop's k=5 passages.
+"""
+
+from __future__ import annotations
+
+import dsp
+from programs.self_ask import self_ask
+from templates.qa import hop, qa, qa_with_context, qa_with_cot, rewrite
+
+__all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "greedy_search", "PROGRAMS"]
+
+
+def vanilla(question: str, train: list[dsp.Example], n_demos: int = 16) -> dsp.Example:
+    x = dsp.Example(question=question, demos=dsp.sample(train, k=n_demos))
+    _, completions = dsp.generate(qa, stop="auto")(x, stage="qa")
+    return dsp.Example(question=question, answer=completions.answer)
+
+
+def retrieve_then_read(question: str, train: list[dsp.Example], k: int = 2, n_demos: int = 16) -> dsp.Example:
+    x = dsp.Example(question=question, demos=dsp.sample(train, k=n_demos), context=dsp.retrieve(question, k=k))
+    _, completions = dsp.generate(qa_with_context, stop="auto")(x, stage="qa")
+    return dsp.Example(question=question, answer=completions.answer, context=x.context)
+
+
+def self_ask_program(question: str, train: list[dsp.Example], k: int = 1) -> dsp.Example:
+    return self_ask(question, k=k)
+
+
+@dsp.transformation
+def greedy_search(x: dsp.Example, hops: int = 2, k: int = 2) -> dsp.Example:
+    """One greedy query per hop, k passages each, deduplicated (the intro's multihop_search_v1)."""
+    x.context = []
+    for h in range(hops):
+        x, completions = dsp.generate(rewrite if h == 0 else hop, stop="auto")(x, stage=f"h{h}")
+        x.context = dsp.utils.deduplicate(x.context + dsp.retrieve(completions.query, k=k))
+    return x
+
+
+def _annotation_attempt(train: list[dsp.Example]):
+    @dsp.transformation
+    def attempt(d: dsp.Example) -> dsp.Example | None:
+        x = greedy_search(dsp.Example(question=d.question, demos=dsp.all_but(train, d)))
+        if not dsp.passage_match(x.context, d.answer):
+            return None
+        x, completions = dsp.generate(qa_with_cot, stop="auto")(x, stage="qa")
+        if not dsp.answer_match(completions.answer, d.answer):
+            return None
+        return d.copy(**{stage: x[stage] for stage in ("h0", "h1", "qa")}, answer=completions.answer)
+
+    return attempt
+
+
+def dsp_program(question: str, train: list[dsp.Example], hops: int = 2, n_queries: int = 10, k: int = 5,
+                n: int = 20, temperature: float = 0.7, n_demos: int = 3, pool: int = 16) -> dsp.Example:
+    demos = dsp.annotate(_annotation_attempt(train))(dsp.sample(train, k=pool), k=n_demos, return_all=True)
+    x = dsp.Example(question=question, demos=demos)
+    summaries: list[str] = []
+    x.context = []
+    for h in range(hops):
+        x, completions = dsp.generate(rewrite if h == 0 else hop, n=n_queries, temperature=temperature,
+                                      stop="auto")(x, stage=f"h{h}")
+        if h > 0 and completions[0].get("rationale"):
+            summaries.append(completions[0].rationale)  # what this hop learned from the last passages
+        passages = dsp.fused_retrieval([c.get("query") for c in completions] + [question], k=k)
+        x.context = summaries + passages
+    _, completions = dsp.generate(qa_with_cot, n=n, temperature=temperature, stop="auto")(x, stage="qa")
+    best = dsp.majority(completions)
+    return dsp.Example(question=question, answer=best.answer, context=x.context, summaries=summaries)
+
+
+PROGRAMS = {
+    "vanilla": vanilla,
+    "retrieve_then_read": retrieve_then_read,
+    "self_ask": self_ask_program,
+    "dsp": dsp_program,
+}

@@ -1,0 +1,120 @@
+"""The bundled open-QA, multi-hop and conversational programs, driven by a scripted LM: each runs end to
+end, sends the requests its design says, and the conversational runner feeds back its own answers."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from helpers import ListRM, ScriptedLM
+
+import dsp
+from programs import conversational, multihop, open_qa
+from templates.qa import qa_with_cot
+
+TRAIN = [dsp.Example(question=f"train question {i}?", answer=[f"answer {i}"]) for i in range(20)]
+RM = [("Paris | Paris is the capital of France.", 3.0), ("Lyon | Lyon is a city.", 2.0),
+      ("Nice | Nice is on the coast.", 1.0), ("Rome | Rome is in Italy.", 0.5)]
+
+
+class KeywordRM(dsp.RM):
+    """Scores passages by the words they share with the query (ties keep list order)."""
+
+    provider = "keyword-test"
+
+    def __init__(self, texts):
+        super().__init__()
+        self.texts = texts
+
+    def _search(self, query, k, **params):
+        words = set(re.findall(r"\w+", query.lower()))
+        scored = [(len(words & set(re.findall(r"\w+", t.lower()))), -i, t) for i, t in enumerate(self.texts)]
+        return [{"text": t, "score": float(s)} for s, _, t in sorted(scored, reverse=True)[:k]]
+
+
+def respond(prompt, request):
+    tail = prompt[-80:]
+    if tail.endswith(("find out", "learned the following.", "Search Query:")):
+        return [f" facts\nSearch Query: query {i} {request.get('seed', 0)}" for i in range(request.get("n", 1))]
+    if tail.endswith("step by step."):
+        return [" The context says so.\n\nAnswer: Paris"] * request.get("n", 1)
+    return [" Paris"] * request.get("n", 1)
+
+
+def test_stop_auto_is_resolved_from_the_templates_inputs():
+    lm = ScriptedLM(respond)
+    with dsp.settings.context(lm=lm, cache=False):
+        dsp.generate(qa_with_cot, stop="auto")(dsp.Example(question="q", context=["c"]))
+    assert lm.history[0]["params"]["stop"] == ["\n\n---", "\nContext:", "\nQuestion:"]
+
+
+@pytest.mark.parametrize("module", [open_qa, multihop])
+def test_every_qa_program_answers(module):
+    lm = ScriptedLM(lambda p, r: [" Yes.\nFollow up: what?"] if p.endswith("needed here:") else
+                    ([" So the final answer is: Paris"] if "Intermediate answer" in p[-200:] else respond(p, r)))
+    with dsp.settings.context(lm=lm, rm=ListRM(RM), cache=False):
+        for name, program in module.PROGRAMS.items():
+            assert program("What is the capital of France?", TRAIN).answer == "Paris", name
+
+
+def test_the_dsp_open_qa_program_annotates_demos_and_votes_over_twenty_samples():
+    def answer_train(prompt, request):
+        question = re.findall(r"Question: (.*)", prompt)[-1]
+        n = request.get("n", 1)
+        if question.startswith("train question"):
+            i = question.split()[2].rstrip("?")
+            return [f" reasoning\n\nAnswer: answer {i}"] * n
+        return [" r\n\nAnswer: Paris"] * (n - 5) + [" r\n\nAnswer: Lyon"] * 5
+
+    rm = KeywordRM([f"Doc {i} | train question {i} has answer {i}" for i in range(20)] + [t for t, _ in RM])
+    lm = ScriptedLM(answer_train)
+    with dsp.settings.context(lm=lm, rm=rm, cache=False):
+        out = open_qa.dsp_program("What is the capital of France?", TRAIN)
+    assert out.answer == "Paris" and out.n_augmented == 3 and len(out.context) == 7
+    final = lm.history[-1]
+    assert final["params"]["n"] == 20 and final["params"]["temperature"] == 0.7
+    assert final["prompt"].count("Rationale: Let's think step by step. reasoning") == 3  # the annotated demos
+
+
+def test_multihop_dsp_fuses_ten_queries_per_hop_and_carries_the_summary():
+    rm = ListRM(RM)
+    lm = ScriptedLM(respond)
+    with dsp.settings.context(lm=lm, rm=rm, cache=False):
+        out = multihop.dsp_program("Where is the capital?", TRAIN, n_demos=0)
+    hop_calls = [h for h in lm.history if h["params"].get("n") == 10]
+    assert len(hop_calls) == 2
+    assert out.summaries == ["facts"] and out.context[0] == "facts" and len(out.context) == 1 + 4
+    # each hop: 10 sampled queries and the question, 15 passages each (3k)
+    assert sum(1 for q, k in rm.queries if k == 15) == 2 * 11
+
+
+def test_conversations_feed_the_programs_own_answers_not_the_gold():
+    seen = []
+
+    def program(question, history):
+        seen.append((question, list(history)))
+        return dsp.Example(answer=f"my answer to {question}")
+
+    turns = [dsp.Example(Conversation_no=7, Turn_no=t, question=f"q{t}", answer=[f"gold {t}"],
+                         Answer=f"gold {t}", Context=[f"gold rewrite {t}"]) for t in (1, 2, 3)]
+    runner = conversational.Conversations(turns, program)
+    out = runner(dsp.Example(Conversation_no=7, Turn_no=3, question="q3"))
+    assert out.answer == "my answer to q3"
+    assert seen[-1] == ("q3", [("q1", "my answer to q1"), ("q2", "my answer to q2")])
+    assert not any("gold" in str(s) for s in seen)
+    result = dsp.evaluate(runner, turns, inputs=None, metric=lambda p, g: float(p == "my answer to q1"),
+                          display=False, display_progress=False)
+    assert [r["prediction"] for r in result.rows] == ["my answer to q1", "my answer to q2", "my answer to q3"]
+    with pytest.raises(ValueError, match="turn 3 needs turns 1..2"):
+        conversational.Conversations(turns[2:], program)(turns[2])
+
+
+def test_conversational_programs_run_on_a_conversation():
+    lm = ScriptedLM(respond)
+    turns = [dsp.Example(Conversation_no=1, Turn_no=t, question=f"q{t}?", answer=["Paris"], history=[]) for t in (1, 2)]
+    with dsp.settings.context(lm=lm, rm=ListRM(RM), cache=False):
+        for name, program in conversational.PROGRAMS.items():
+            runner = conversational.Conversations(turns, lambda q, h, p=program: p(q, h, turns))
+            result = dsp.evaluate(runner, turns, inputs=None, display=False, display_progress=False)
+            assert result.score == 100.0, name
+    assert "User: q1?\nAssistant: Paris" in lm.history[-1]["prompt"]
