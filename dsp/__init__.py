@@ -9,9 +9,13 @@ Programs pass Examples between a frozen LM and a frozen RM:
 >>> x, completions = dsp.generate(qa_template)(x, stage="qa")                      # doctest: +SKIP
 """
 
-from . import cache, utils
+from importlib import import_module
+from typing import Any
+
+from . import cache, datasets, utils
 from .clients import (
-    LM, RM, HashingVectorizer, Passage, ReplayLM, ReplayRM, UnrecordedRequest, Usage, Vectorizer,
+    LM, RM, ContextTooLong, E5Vectorizer, HashingVectorizer, OpenAIVectorizer, Passage, ReplayLM, ReplayRM,
+    RequestRejected, RetriesExhausted, RetryPolicy, ServiceError, UnrecordedRequest, Usage, Vectorizer,
 )
 from .evaluation import EvaluationResult, evaluate, summarize_seeds
 from .example import Completions, Example
@@ -33,7 +37,11 @@ __all__ = [
     # ambient state and cache
     "settings", "cache",
     # clients
-    "LM", "RM", "Passage", "Usage", "ReplayLM", "ReplayRM", "UnrecordedRequest", "Vectorizer", "HashingVectorizer",
+    "LM", "RM", "Passage", "Usage", "ReplayLM", "ReplayRM", "UnrecordedRequest",
+    "OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal",
+    "ContextOverflowError", "ModelFileError",
+    "Vectorizer", "HashingVectorizer", "E5Vectorizer", "OpenAIVectorizer",
+    "RetryPolicy", "ServiceError", "RetriesExhausted", "RequestRejected", "ContextTooLong",
     # primitives
     "generate", "majority", "branch", "retrieve", "fused_retrieval", "retrieveEnsemble", "rank",
     "annotate", "sample", "knn", "crossval", "all_but", "transformation",
@@ -41,5 +49,15 @@ __all__ = [
     "normalize_text", "EM", "F1", "HotPotF1", "nF1", "best_subspan_em", "has_answer", "passage_match", "answer_match",
     # evaluation
     "evaluate", "EvaluationResult", "summarize_seeds",
-    "utils", "__version__",
+    "utils", "datasets", "__version__",
 ]
+
+_LAZY_CLIENTS = ("OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal",
+                 "ContextOverflowError", "ModelFileError")
+
+
+def __getattr__(name: str) -> Any:
+    # Clients with heavy or optional dependencies load on first use (dsp.LlamaCpp, dsp.BM25, ...).
+    if name in _LAZY_CLIENTS:
+        return getattr(import_module(".clients", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -210,6 +210,8 @@ def evaluate(
             prediction = output.get(field) if isinstance(output, Mapping) else output
             row.update(prediction=_jsonable(prediction), score=score_of(prediction, example[gold], example),
                        error=None)
+            if isinstance(output, Mapping) and output.get("context") is not None:
+                row["context"] = _jsonable(output["context"])  # what the program read: for retrieval recall
         except Exception as error:  # one failing example must not lose the others; it is recorded
             row.update(prediction=None, score=0.0,
                        error=f"{type(error).__name__}: {error}",

@@ -21,14 +21,9 @@ from typing import Any, Iterator
 
 from .lm import LM
 from .rm import RM
+from .v1 import V1_COMPLETION_DEFAULTS, shape_v1_completion
 
 __all__ = ["ReplayLM", "ReplayRM", "UnrecordedRequest", "V1_COMPLETION_DEFAULTS"]
-
-# The request DSP v1's GPT3 client sent: these defaults, overridden per call; logprobs=5 when n>1.
-V1_COMPLETION_DEFAULTS: dict[str, Any] = {
-    "temperature": 0.0, "max_tokens": 150, "top_p": 1, "frequency_penalty": 0, "presence_penalty": 0,
-    "n": 1, "stop": None, "logprobs": None,
-}
 
 
 class UnrecordedRequest(LookupError):
@@ -141,10 +136,7 @@ class ReplayLM(LM):
         return {**super().cache_identity(), "recording": self.recording.digest}
 
     def build_request(self, prompt: str, **params: Any) -> dict[str, Any]:
-        request = super().build_request(prompt, **params)
-        if request.get("n", 1) > 1 and request.get("logprobs") is None:
-            request["logprobs"] = 5
-        return request
+        return shape_v1_completion(super().build_request(prompt, **params))
 
     def _request(self, request: dict[str, Any]) -> dict[str, Any]:
         choices = self.recording.answer(request, "prompt")

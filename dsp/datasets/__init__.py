@@ -1,6 +1,9 @@
 """Datasets: where local data lives (DSP_DATA_DIR), verified downloads, loaders returning dsp.Example lists,
 and the paper's sampling protocol."""
 
+from .corpus import (
+    CorpusError, MappedPassages, corpus_fingerprint, iter_passages, normalize_passages, read_passages, write_passages,
+)
 from .jsonl import DataFileError, read_csv, read_json, read_jsonl
 from .paths import data_dir, data_path, local_path
 from .qa import (
@@ -16,4 +19,6 @@ __all__ = [
     "load_qrecc", "load_litm_oracle",
     "REGISTRY", "DataFile", "ChecksumError", "fetch", "download", "verify",
     "few_shot_train", "downsample", "split_pool",
+    "CorpusError", "read_passages", "iter_passages", "normalize_passages", "write_passages", "MappedPassages",
+    "corpus_fingerprint",
 ]

@@ -1,0 +1,285 @@
+"""DenseRM: nearest-neighbour passage retrieval over vectorizer embeddings, on faiss.
+
+Passages ("Title | text") are embedded with `vectorizer.embed_passages`, queries with
+`embed_queries`; both are L2-normalised, so the faiss inner product is cosine similarity. Below
+50,000 passages the index is exact (IndexFlatIP); from there on it is an inverted file (IndexIVFFlat)
+with nlist ≈ 4·sqrt(N) centroids trained on a fixed-seed sample and `nprobe` lists searched.
+
+>>> from dsp.clients.vectorizers import HashingVectorizer
+>>> rm = DenseRM(["Paris is in France.", "Rome is in Italy."], HashingVectorizer(dim=256))
+>>> rm("Rome Italy", k=1, cache=False)[0].text
+'Rome is in Italy.'
+
+An index is saved as faiss's own file + the passages (JSONL) + meta.json describing the vectorizer:
+
+>>> rm.save("index/wiki-e5")                       # doctest: +SKIP
+>>> rm = DenseRM.load("index/wiki-e5")             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..datasets.corpus import (
+    CorpusError, MappedPassages, corpus_fingerprint, normalize_passages, read_passages, write_passages,
+)
+from ..settings import settings
+from .rm import RM, Passage, check_query
+from .vectorizers import E5Vectorizer, Vectorizer, vectorizer_from_description
+
+__all__ = ["DenseRM", "FLAT_LIMIT", "default_nlist", "default_nprobe"]
+
+INDEX_FORMAT = "dsp.dense/1"
+FLAT_LIMIT = 50_000  # below this, exact search is fast enough and needs no training
+log = logging.getLogger("dsp.dense")
+
+
+def default_nlist(n: int) -> int:
+    """IVF lists for `n` vectors: about 4·sqrt(n), at least 1, at most n.
+
+    >>> default_nlist(100_000)
+    1265
+    """
+    return max(1, min(n, round(4 * math.sqrt(n))))
+
+
+def default_nprobe(nlist: int) -> int:
+    """Lists searched per query: about 2·sqrt(nlist) (at least 8), a few percent of the lists.
+
+    >>> default_nprobe(1265)
+    71
+    """
+    return max(1, min(nlist, max(8, round(2 * math.sqrt(nlist)))))
+
+
+def _faiss() -> Any:
+    try:
+        import faiss
+    except ImportError:
+        raise ImportError("DenseRM needs faiss: pip install faiss-cpu") from None
+    return faiss
+
+
+def _passage_text(passage: dict[str, Any]) -> str:
+    title = passage.get("title")
+    return f"{title} | {passage['text']}" if title else passage["text"]
+
+
+class DenseRM(RM):
+    """Dense retrieval over `passages` (a JSONL(.gz) path or a list of dicts/strings) with `vectorizer`
+    (default: `settings.vectorizer`, else the offline `E5Vectorizer()`).
+
+    `index`: "auto" (flat below `FLAT_LIMIT` passages, IVF from there), "flat" or "ivf"; `nlist`
+    (IVF lists, default `default_nlist(N)`), `nprobe` (lists searched, default `default_nprobe(nlist)`),
+    `seed` (the IVF training sample). Returns passages with id, title, text and score (cosine).
+
+    >>> rm = DenseRM("wiki2018/passages.jsonl.gz", E5Vectorizer())       # doctest: +SKIP
+    """
+
+    provider = "faiss"
+
+    def __init__(self, passages: str | os.PathLike | Sequence[Any], vectorizer: Vectorizer | None = None,
+                 index: str = "auto", nlist: int | None = None, nprobe: int | None = None, *,
+                 seed: int = 0, duplicates: str = "error") -> None:
+        super().__init__()
+        self.vectorizer = self._check_vectorizer(vectorizer)
+        if index not in ("auto", "flat", "ivf"):
+            raise ValueError(f"index must be 'auto', 'flat' or 'ivf', got {index!r}")
+        for name, value in (("nlist", nlist), ("nprobe", nprobe)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.source = str(passages) if isinstance(passages, (str, os.PathLike)) else "passages"
+        if isinstance(passages, (str, os.PathLike)):
+            corpus = read_passages(passages, duplicates=duplicates)
+        else:
+            corpus = normalize_passages(passages, duplicates=duplicates)
+        if not corpus:
+            raise CorpusError(f"{self.source}: the corpus has no passages")
+        self.passages: Sequence[dict[str, Any]] = corpus
+        self.fingerprint = corpus_fingerprint(corpus)
+        n = len(corpus)
+        self.index_kind = ("flat" if n < FLAT_LIMIT else "ivf") if index == "auto" else index
+        self.seed = seed
+        vectors = np.ascontiguousarray(self.vectorizer.embed_passages([_passage_text(p) for p in corpus]),
+                                       dtype=np.float32)
+        self.dim = int(vectors.shape[1])
+        self._index_lock = threading.Lock()
+        if self.index_kind == "flat":
+            self.nlist, self._nprobe = None, None
+            self._index = _faiss().IndexFlatIP(self.dim)
+            self._index.add(vectors)
+        else:
+            self._build_ivf(vectors, nlist, nprobe)
+
+    @staticmethod
+    def _check_vectorizer(vectorizer: Vectorizer | None) -> Vectorizer:
+        if vectorizer is None:
+            # The packaged offline model is the default: it needs no server, key or download.
+            vectorizer = settings.vectorizer if settings.vectorizer is not None else E5Vectorizer()
+        if not isinstance(vectorizer, Vectorizer):
+            raise TypeError(f"DenseRM needs a dsp Vectorizer (with embed_passages/embed_queries), "
+                            f"got {type(vectorizer).__name__}")
+        return vectorizer
+
+    def _build_ivf(self, vectors: np.ndarray, nlist: int | None, nprobe: int | None) -> None:
+        faiss = _faiss()
+        n = len(vectors)
+        self.nlist = min(nlist or default_nlist(n), n)
+        self._nprobe = min(nprobe or default_nprobe(self.nlist), self.nlist)
+        # faiss wants ~40-256 training points per centroid; more only slows k-means down.
+        train_size = min(n, max(40 * self.nlist, 10_000))
+        rng = np.random.default_rng(self.seed)
+        sample = vectors if train_size == n else vectors[np.sort(rng.choice(n, train_size, replace=False))]
+        quantizer = faiss.IndexFlatIP(self.dim)
+        index = faiss.IndexIVFFlat(quantizer, self.dim, self.nlist, faiss.METRIC_INNER_PRODUCT)
+        index.cp.seed = self.seed
+        index.train(np.ascontiguousarray(sample))
+        index.add(vectors)
+        index.nprobe = self._nprobe
+        self._quantizer = quantizer  # the IVF index borrows it: keep it alive as long as the index
+        self._index = index
+
+    @property
+    def nprobe(self) -> int | None:
+        """IVF lists searched per query (None for a flat index); settable."""
+        return self._nprobe
+
+    @nprobe.setter
+    def nprobe(self, value: int) -> None:
+        if self.index_kind != "ivf":
+            raise ValueError("nprobe applies to an IVF index only")
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= self.nlist:
+            raise ValueError(f"nprobe must be an integer from 1 to nlist={self.nlist}, got {value!r}")
+        self._nprobe = value
+        self._index.nprobe = value
+
+    def cache_identity(self) -> dict[str, Any]:
+        return {"provider": self.provider, "corpus": self.fingerprint, "vectorizer": self.vectorizer.cache_identity(),
+                "index": self.index_kind, "nlist": self.nlist, "nprobe": self._nprobe,
+                "seed": self.seed if self.index_kind == "ivf" else None, "fields": "title | text",
+                "format": INDEX_FORMAT}
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    def _hits(self, vectors: np.ndarray, k: int) -> list[list[dict[str, Any]]]:
+        k = min(k, len(self.passages))
+        with self._index_lock:
+            scores, ids = self._index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
+        out = []
+        for row_scores, row_ids in zip(scores.tolist(), ids.tolist()):
+            # IVF returns -1 for slots it could not fill (fewer than k vectors in the probed lists).
+            hits = sorted((( -s, i) for s, i in zip(row_scores, row_ids) if i >= 0))
+            results = []
+            for neg_score, i in hits:
+                passage = dict(self.passages[i])
+                passage["score"] = -neg_score
+                results.append(passage)
+            out.append(results)
+        return out
+
+    def _search(self, query: str, k: int, **params: Any) -> list[dict[str, Any]]:
+        if params:
+            raise TypeError(f"DenseRM search takes no extra parameters, got {sorted(params)}")
+        return self._hits(self.vectorizer.embed_queries([query]), k)[0]
+
+    def search_batch(self, queries: Sequence[str], k: int = 10) -> list[list[Passage]]:
+        """The top-`k` passages for each query, embedded and searched together; no disk cache, no history.
+
+        >>> hits = rm.search_batch(["who wrote hamlet", "capital of peru"], k=20)   # doctest: +SKIP
+        """
+        if isinstance(queries, str) or not isinstance(queries, Sequence):
+            raise TypeError(f"search_batch takes a list of queries, got {type(queries).__name__}")
+        for i, query in enumerate(queries):
+            try:
+                check_query(query, k)
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"query {i}: {error}") from None
+        if not queries:
+            return []
+        with self._lock:
+            self.num_requests += len(queries)
+        return [self._complete(hits) for hits in self._hits(self.vectorizer.embed_queries(list(queries)), k)]
+
+    # -- persistence --------------------------------------------------------------------------------
+
+    def save(self, index_dir: str | os.PathLike) -> Path:
+        """Write index.faiss (faiss.write_index), passages.jsonl (+ offsets) and meta.json (last).
+
+        >>> rm.save("index/wiki-e5")     # doctest: +SKIP
+        """
+        faiss = _faiss()
+        index_dir = Path(index_dir)
+        index_dir.mkdir(parents=True, exist_ok=True)
+        meta_path = index_dir / "meta.json"
+        if meta_path.exists():
+            meta_path.unlink()  # an interrupted overwrite must not look like a complete index
+        faiss.write_index(self._index, str(index_dir / "index.faiss"))
+        if write_passages(index_dir / "passages.jsonl", self.passages) != self.fingerprint:
+            raise RuntimeError(f"internal error: passages written to {index_dir} do not match the index")
+        meta = {"format": INDEX_FORMAT, "fingerprint": self.fingerprint, "count": len(self.passages),
+                "dim": self.dim, "index": self.index_kind, "nlist": self.nlist, "nprobe": self._nprobe,
+                "seed": self.seed, "vectorizer": self.vectorizer.describe(),
+                "vectorizer_identity": self.vectorizer.cache_identity()}
+        tmp = meta_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        tmp.replace(meta_path)
+        return index_dir
+
+    @classmethod
+    def load(cls, index_dir: str | os.PathLike, vectorizer: Vectorizer | None = None, *, mmap: bool = True,
+             nprobe: int | None = None) -> "DenseRM":
+        """Load an index written by `save`. Without `vectorizer`, the saved description rebuilds it
+        (an OpenAI key then comes from $OPENAI_API_KEY); a given one must describe the same model.
+
+        >>> rm = DenseRM.load("index/wiki-e5", mmap=True)     # doctest: +SKIP
+        """
+        faiss = _faiss()
+        index_dir = Path(index_dir)
+        meta_path = index_dir / "meta.json"
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"{index_dir} is not a saved dsp DenseRM index (no meta.json)")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except ValueError as error:
+            raise ValueError(f"{meta_path}: unreadable index metadata ({error})") from None
+        if not isinstance(meta, dict) or meta.get("format") != INDEX_FORMAT:
+            raise ValueError(f"{meta_path}: not a {INDEX_FORMAT} index")
+        if vectorizer is None:
+            vectorizer = vectorizer_from_description(meta["vectorizer"])
+        elif vectorizer.describe() != meta["vectorizer"]:
+            raise ValueError(f"{index_dir} was built with {meta['vectorizer']}, not {vectorizer.describe()}: "
+                             "its vectors would not be comparable")
+        if vectorizer.cache_identity() != meta["vectorizer_identity"]:
+            log.warning("%s: the vectorizer's identity changed since the index was built (%s -> %s)",
+                        index_dir, meta["vectorizer_identity"], vectorizer.cache_identity())
+        self = cls.__new__(cls)
+        RM.__init__(self)
+        self.vectorizer = vectorizer
+        self.source = str(index_dir)
+        self.fingerprint, self.dim, self.seed = meta["fingerprint"], meta["dim"], meta["seed"]
+        self.index_kind, self.nlist, self._nprobe = meta["index"], meta["nlist"], meta["nprobe"]
+        self.passages = MappedPassages(index_dir / "passages.jsonl", mmap_file=mmap)
+        flags = faiss.IO_FLAG_MMAP if mmap else 0
+        self._index = faiss.read_index(str(index_dir / "index.faiss"), flags)
+        self._index_lock = threading.Lock()
+        if self._index.ntotal != meta["count"] or len(self.passages) != meta["count"] or self._index.d != self.dim:
+            raise ValueError(f"{index_dir}: index ({self._index.ntotal} vectors of {self._index.d}-d) and passages "
+                             f"({len(self.passages)}) do not match meta.json ({meta['count']} of {self.dim}-d)")
+        if self.index_kind == "ivf":
+            self._index.nprobe = self._nprobe
+            if nprobe is not None:
+                self.nprobe = nprobe
+        return self
+
+    def __repr__(self) -> str:
+        extra = f", nlist={self.nlist}, nprobe={self._nprobe}" if self.index_kind == "ivf" else ""
+        return f"DenseRM({self.source!r}, n={len(self.passages)}, index={self.index_kind!r}{extra}, vectorizer={self.vectorizer!r})"
