@@ -173,11 +173,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     with dsp.settings.context(lm=lm, rm=rm):
         for seed in seeds:
             train = dsp.datasets.few_shot_train(task.pool, k=args.shots, seeds=[seed])[seed]
-            program = _program(task, args.program, train, **_parse_config(args.set))
+            preset = getattr(task.family, "PRESETS", {}).get(args.preset, {}) if args.preset else {}
+            if args.preset and args.preset not in getattr(task.family, "PRESETS", {}):
+                raise SystemExit(f"no preset {args.preset!r} for {task.name}; presets: "
+                                 f"{', '.join(getattr(task.family, 'PRESETS', {})) or 'none'}")
+            program = _program(task, args.program, train, **{**preset, **_parse_config(args.set)})
             out = out_dir / f"{task.name}-{args.program}-seed{seed}.jsonl"
             print(f"== {args.program} on {task.name}: {len(task.dev)} examples, seed {seed}, {lm!r}, {rm!r}")
-            results.append(dsp.evaluate(program, task.dev, metric=task.metric, num_threads=args.threads,
-                                        out=out, seed=seed, inputs=None if task.conversational else "question"))
+            result = dsp.evaluate(program, task.dev, metric=task.metric, num_threads=args.threads,
+                                  out=out, seed=seed, inputs=None if task.conversational else "question")
+            low, high = result.confidence_interval()
+            print(f"{result.metric_name} {result.score:.1f} (95% CI {low:.1f} to {high:.1f}), n={len(result.rows)}")
+            results.append(result)
     table = dsp.summarize_seeds(results)
     print(table.to_string(index=False))
     print(f"{args.program} on {task.name}: {table.attrs['text']}; per-example results in {out_dir}/")
@@ -250,6 +257,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--dev-seed", type=int, default=0, help="seed of the dev downsampling")
     run.add_argument("--out", default="runs", help="directory for the per-example JSONL files")
     run.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="program options, e.g. k=5 n=10")
+    run.add_argument("--preset", help="a named set of program options, e.g. small (for the embedded model)")
 
     ask = sub.add_parser("ask", help="answer one question with a program, printing its trace")
     ask.add_argument("question")

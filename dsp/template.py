@@ -287,6 +287,12 @@ class Template:
             result[field.output_variable] = rest[:pos].strip()
             rest = rest[pos + 1 + len(self.fields[j].name):].strip()
             idx = j
+        # A small model may copy the guidelines' placeholder ("${a short factoid answer...}"): that
+        # fills nothing, so the field stays missing (and the completion counts as less complete).
+        for field in self.fields:
+            key = field.output_variable
+            if not _has_value(example, key) and result.get(key) == field.description:
+                del result[key]
         return result
 
 

@@ -18,7 +18,7 @@ import dsp
 from programs.self_ask import self_ask
 from templates.qa import qa, qa_with_context, qa_with_cot
 
-__all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "PROGRAMS"]
+__all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "PROGRAMS", "PRESETS"]
 
 
 def vanilla(question: str, train: list[dsp.Example], n_demos: int = 16) -> dsp.Example:
@@ -27,8 +27,14 @@ def vanilla(question: str, train: list[dsp.Example], n_demos: int = 16) -> dsp.E
     return dsp.Example(question=question, answer=completions.answer)
 
 
-def retrieve_then_read(question: str, train: list[dsp.Example], k: int = 7, n_demos: int = 16) -> dsp.Example:
-    x = dsp.Example(question=question, demos=dsp.sample(train, k=n_demos), context=dsp.retrieve(question, k=k))
+def retrieve_then_read(question: str, train: list[dsp.Example], k: int = 1, n_demos: int = 5,
+                       demo_context: bool = True) -> dsp.Example:
+    """The top-k passages for the question, then a few-shot answer; with `demo_context`, each demo
+    shows its own top-k passages too (small models copy answers from a context only after seeing it done)."""
+    demos = dsp.sample(train, k=n_demos)
+    if demo_context:
+        demos = [d.copy(context=dsp.retrieve(d.question, k=k)) for d in demos]
+    x = dsp.Example(question=question, demos=demos, context=dsp.retrieve(question, k=k))
     _, completions = dsp.generate(qa_with_context, stop="auto")(x, stage="qa")
     return dsp.Example(question=question, answer=completions.answer, context=x.context)
 
@@ -37,15 +43,23 @@ def self_ask_program(question: str, train: list[dsp.Example], k: int = 1) -> dsp
     return self_ask(question, k=k)
 
 
-def _annotation_attempt(k: int):
-    """Run the pipeline zero-shot on a training example; keep the trace only if it succeeds."""
+def _annotation_attempt(pool: list[dsp.Example], k: int, n_raw: int, template: dsp.Template, label: str):
+    """Run the pipeline on a training example, with the rest of the pool as raw demos (as the DSP v1
+    intro's annotate step does); keep its trace only if the context holds the answer and it is right.
+
+    With label="gold", a trace whose search succeeded is kept with the gold answer as its prediction
+    (no LM call): for models too weak to answer their own training questions, the demonstration of
+    the search stage is what helps."""
 
     @dsp.transformation
     def attempt(d: dsp.Example) -> dsp.Example | None:
-        x = dsp.Example(question=d.question, demos=[], context=dsp.retrieve(d.question, k=k))
+        x = dsp.Example(question=d.question, demos=dsp.all_but(pool, d)[:n_raw], context=dsp.retrieve(d.question, k=k))
         if not dsp.passage_match(x.context, d.answer):
             return None
-        x, completions = dsp.generate(qa_with_cot, stop="auto")(x, stage="qa")
+        if label == "gold":
+            gold = dsp.format_answers(d.answer)
+            return d.copy(qa=dsp.Example(question=d.question, context=x.context, answer=gold), answer=gold)
+        x, completions = dsp.generate(template, stop="auto")(x, stage="qa")
         if not dsp.answer_match(completions.answer, d.answer):
             return None
         return d.copy(qa=x.qa, answer=completions.answer)
@@ -54,16 +68,33 @@ def _annotation_attempt(k: int):
 
 
 def dsp_program(question: str, train: list[dsp.Example], k: int = 7, n: int = 20, temperature: float = 0.7,
-                n_demos: int = 3, demo_k: int = 3, pool: int = 16) -> dsp.Example:
-    """The DSP open-QA program. `demo_k` passages per annotated demo keep the prompt short."""
-    demos = dsp.annotate(_annotation_attempt(demo_k))(dsp.sample(train, k=pool), k=n_demos, return_all=True)
-    # Raw demos show question/answer only; keep just enough of them to fill the 16-shot budget.
-    x = dsp.Example(question=question, demos=demos[:pool], context=dsp.retrieve(question, k=k))
-    _, completions = dsp.generate(qa_with_cot, n=n, temperature=temperature, stop="auto")(x, stage="qa")
+                n_demos: int = 3, demo_k: int = 3, pool: int = 16, n_raw: int = 8, cot: bool = True,
+                label: str = "predicted") -> dsp.Example:
+    """The DSP open-QA program. `demo_k` passages per annotated demo keep the prompt short; `n_raw`
+    raw (question/answer) demos accompany the augmented ones. `cot=False` predicts the answer
+    directly (for models too small to write a rationale: the demos then show context and answer)."""
+    template = qa_with_cot if cot else qa_with_context
+    sampled = dsp.sample(train, k=pool)
+    if label not in ("predicted", "gold") or (label == "gold" and cot):
+        raise ValueError(f"label must be 'predicted', or 'gold' with cot=False (a gold answer has no rationale); got {label!r}")
+    demos = dsp.annotate(_annotation_attempt(sampled, demo_k, n_raw, template, label))(sampled, k=n_demos, return_all=True)
+    augmented = [d for d in demos if d.get("augmented")]
+    raw = [d for d in demos if not d.get("augmented")][:n_raw]
+    x = dsp.Example(question=question, demos=augmented + raw, context=dsp.retrieve(question, k=k))
+    _, completions = dsp.generate(template, n=n, temperature=temperature, stop="auto")(x, stage="qa")
     best = dsp.majority(completions)
-    return dsp.Example(question=question, answer=best.answer, context=x.context, rationale=best[0].rationale,
-                       n_augmented=sum(bool(d.get("augmented")) for d in demos))
+    return dsp.Example(question=question, answer=best.answer, context=x.context, rationale=best[0].get("rationale"),
+                       n_augmented=len(augmented))
 
+
+# Settings of the DSP program: the paper's (GPT-3 scale), and one for the embedded 270M model, which
+# cannot write rationales, loses accuracy past one passage, and answers best near-greedily (measured
+# on NQ with Gemma 3 270M: see RESULTS.md).
+PRESETS = {
+    "paper": {},
+    "small": {"k": 1, "cot": False, "demo_k": 1, "label": "gold", "n_demos": 5, "n_raw": 0, "n": 5,
+              "temperature": 0.3},
+}
 
 PROGRAMS = {
     "vanilla": vanilla,

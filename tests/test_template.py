@@ -156,3 +156,12 @@ def test_an_example_without_any_input_field_is_named():
         qa_template_with_passages(dsp.Example(query="q"))
     with pytest.raises(TypeError, match="renders an Example or dict"):
         hop_template("just a string")
+
+
+def test_a_copied_guidelines_placeholder_fills_nothing():
+    x = dsp.Example(question="Q", context="c")
+    out = qa_template_with_CoT.extract(x, " ${a step-by-step deduction that identifies the correct response, which will be "
+                                 "provided below}\n\nAnswer: ${a short factoid answer, often between 1 and 5 words}")
+    assert "rationale" not in out and "answer" not in out
+    kept = qa_template_with_CoT.extract(x, " real reasoning\n\nAnswer: ${a short factoid answer, often between 1 and 5 words}")
+    assert kept.rationale == "real reasoning" and "answer" not in kept

@@ -1,0 +1,83 @@
+"""Retrieval recall of the gold passage on NQ: one query (the question) vs fused queries.
+
+For the first N questions of the Lost-in-the-Middle NQ oracle file, whose gold passages are part of
+the Wikipedia-2018 sample, report recall@1/5/20 of BM25 with the question alone, and with CombSUM
+fusion of the question and n LM-written search queries (the DSP rewrite template, sampled).
+
+    python -m programs.recall --n 300 --rewrites 5 [--lm llamacpp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import dsp
+from dsp.clients.specs import lm_from_spec
+from dsp.datasets import data_path, few_shot_train, load_litm_oracle
+from templates.qa import rewrite
+
+__all__ = ["gold_ids", "recall_at", "main"]
+
+KS = (1, 5, 20)
+
+
+def gold_ids(questions: list[dsp.Example], corpus: list[dict]) -> list[str]:
+    """The corpus id of each question's gold passage, matched by (title, text)."""
+    by_content = {}
+    for p in corpus:
+        by_content.setdefault((p["title"], p["text"]), p["id"])
+    missing = [i for i, q in enumerate(questions) if (q.gold_passage["title"], q.gold_passage["text"]) not in by_content]
+    if missing:
+        raise ValueError(f"{len(missing)} gold passages are not in the corpus (first: question {missing[0]})")
+    return [by_content[(q.gold_passage["title"], q.gold_passage["text"])] for q in questions]
+
+
+def recall_at(ranked: list[list[str]], gold: list[str]) -> dict[str, float]:
+    return {f"R@{k}": sum(g in r[:k] for r, g in zip(ranked, gold)) / len(gold) for k in KS}
+
+
+def rewrites_for(question: str, train: list[dsp.Example], n: int) -> list[str]:
+    """n sampled search queries for the question (plus the question itself)."""
+    demos = [d.copy(rationale="the answer", query=d.question) for d in dsp.sample(train, k=4)]
+    x = dsp.Example(question=question, demos=[d.copy(augmented=True) for d in demos])
+    _, completions = dsp.generate(rewrite, n=n, temperature=0.7, max_tokens=40, stop="auto")(x)
+    return [c.get("query") or "" for c in completions] + [question]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m programs.recall")
+    parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--rewrites", type=int, default=5)
+    parser.add_argument("--lm", default=None)
+    parser.add_argument("--out", default="runs/results/nq-recall.json")
+    args = parser.parse_args(argv)
+
+    questions = load_litm_oracle()
+    dev, train = questions[: args.n], few_shot_train(questions[2000:], k=16, seeds=[0])[0]
+    rm = dsp.BM25(data_path("wiki2018/passages.jsonl.gz"))
+    gold = gold_ids(dev, list(rm.passages))
+    started = time.perf_counter()
+    single = [[p["id"] for p in rm(q.question, k=20)] for q in dev]
+    report = {"n": len(dev), "single": recall_at(single, gold)}
+    if args.rewrites:
+        lm = lm_from_spec(args.lm)
+        with dsp.settings.context(lm=lm, rm=rm):
+            fused = []
+            for q in dev:
+                queries = rewrites_for(q.question, train, args.rewrites)
+                fused.append([p["id"] for p in dsp.fused_retrieval(queries, k=20, return_passages=True)])
+        report["fused"] = recall_at(fused, gold)
+        report["rewrites"] = args.rewrites
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
