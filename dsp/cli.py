@@ -165,7 +165,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     task = load_task(args.dataset, args.n, args.dev_seed)
     _check_fields(task, args.program)
-    lm = dsp.clients.specs.lm_from_spec(args.lm)
+    from .clients.specs import lm_from_spec
+
+    lm = lm_from_spec(args.lm)
     rm = _rm_for(task, args.rm)
     seeds = [int(s) for s in str(args.seeds).split(",") if s.strip()]
     out_dir = Path(args.out)
@@ -196,7 +198,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
     import dsp
 
     task = load_task(args.dataset, 1, 0)
-    lm = dsp.clients.specs.lm_from_spec(args.lm)
+    from .clients.specs import lm_from_spec
+
+    lm = lm_from_spec(args.lm)
     rm = _rm_for(task, args.rm)
     train = dsp.datasets.few_shot_train(task.pool, k=args.shots, seeds=[0])[0]
     if task.conversational:
