@@ -6,6 +6,8 @@
     dsp ask "Who wrote Hamlet?" --program dsp --dataset nq
     dsp index --passages passages.jsonl.gz --out index/ [--backend bm25|dense]
     dsp serve --index index/ --port 8893
+    dsp litm qa --total-docs 20 --gold-positions 0,4,9,14,19      (see dsp.litm)
+    dsp detectiveqa --data-dir ... --lang en                        (see dsp.detectiveqa)
 
 LM and RM come from `--lm` / `--rm` specs (see dsp.clients.specs) or $DSP_LM / $DSP_RM; each
 dataset has a default RM over its local corpus.
@@ -227,12 +229,6 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
-    from . import serve
-
-    return serve.main(rest)
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -275,8 +271,9 @@ def _parser() -> argparse.ArgumentParser:
     index.add_argument("--out", required=True)
     index.add_argument("--backend", choices=("bm25", "dense"), default="bm25")
 
-    sub.add_parser("serve", help="serve an index with the ColBERTv2 API (see python -m dsp.serve --help)",
-                   add_help=False)
+    sub.add_parser("serve", help="serve an index with the ColBERTv2 API (dsp serve --help)", add_help=False)
+    sub.add_parser("litm", help="the Lost in the Middle study (dsp litm --help)", add_help=False)
+    sub.add_parser("detectiveqa", help="DetectiveQA long-context evaluation (dsp detectiveqa --help)", add_help=False)
 
     demo = sub.add_parser("demo", help="the main job: embedded Gemma + BM25 on NQ questions")
     demo.add_argument("--n", type=int, default=10, help="questions (default 10)")
@@ -287,10 +284,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Suites with their own command-line parsers: `dsp <name> ...` runs `<module>.main(argv)`.
+SUITES = {"serve": "dsp.serve", "litm": "dsp.litm.cli", "detectiveqa": "dsp.detectiveqa.cli"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "serve":
-        return cmd_serve(argparse.Namespace(), argv[1:])
+    if argv and argv[0] in SUITES:
+        from importlib import import_module
+
+        return import_module(SUITES[argv[0]]).main(argv[1:]) or 0
     args = _parser().parse_args(argv)
     try:
         return {"run": cmd_run, "ask": cmd_ask, "index": cmd_index, "demo": cmd_demo}[args.command](args)
