@@ -276,7 +276,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("detectiveqa", help="DetectiveQA long-context evaluation (dsp detectiveqa --help)", add_help=False)
 
     demo = sub.add_parser("demo", help="the main job: embedded Gemma + BM25 on NQ questions")
-    demo.add_argument("--n", type=int, default=10, help="questions (default 10)")
+    demo.add_argument("--n", type=int, default=30, help="questions (default 30)")
     demo.add_argument("--programs", default="vanilla,retrieve_then_read,dsp")
     demo.add_argument("--threads", type=int, default=1)
     demo.add_argument("--lm", default=None, help="LM spec (default: the embedded model)")

@@ -29,7 +29,7 @@ def demo_corpus() -> tuple[str, object]:
     return f"{len(gold)} NQ gold passages (LitM oracle)", list(gold.values())
 
 
-def run_demo(n: int = 10, programs: Sequence[str] = ("vanilla", "retrieve_then_read", "dsp"),
+def run_demo(n: int = 30, programs: Sequence[str] = ("vanilla", "retrieve_then_read", "dsp"),
              out: str = "runs/demo", threads: int = 1, lm_spec: str | None = None) -> list:
     import dsp
     from dsp.clients.bm25 import BM25

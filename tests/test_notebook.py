@@ -1,0 +1,30 @@
+"""notebooks/intro.ipynb runs top to bottom (replay, then live on the embedded model) and is stored without outputs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "intro.ipynb"
+
+
+def test_the_notebook_is_stored_without_outputs():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(not c.outputs and c.execution_count is None for c in code)
+
+
+def test_the_notebook_executes_top_to_bottom(data_dir, tmp_path, monkeypatch):
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    # the kernel inherits the environment: the data, a private cache, the project on its path
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(NOTEBOOK.parent.parent), os.environ.get("PYTHONPATH", "")]))
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "Answered 11 / 13 (84.6%) correctly." in text
+    assert "prediction:" in text
