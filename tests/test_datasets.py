@@ -4,7 +4,6 @@ against a loopback HTTP server that serves DSP_DATA_DIR (honestly, or with corru
 from __future__ import annotations
 
 import gzip
-import json
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer

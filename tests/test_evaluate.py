@@ -12,7 +12,6 @@ import time
 from functools import partial
 
 import pytest
-from helpers import ScriptedLM
 
 import dsp
 from programs import intro

@@ -123,5 +123,5 @@ def test_replay_rejects_a_missing_or_broken_recording(tmp_path):
         dsp.ReplayLM(tmp_path / "nope.jsonl")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "a", "choices": []}\n{not json\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl:2"):
+    with pytest.raises(ValueError, match=r"bad.jsonl, line 2"):
         dsp.ReplayLM(bad)

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import nbformat
-import pytest
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "intro.ipynb"
 

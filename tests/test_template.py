@@ -6,7 +6,7 @@ import pytest
 
 import dsp
 from templates.intro import (
-    Answer, Context, Question, hop_template, qa_template, qa_template_with_CoT, qa_template_with_passages,
+    Answer, Question, hop_template, qa_template, qa_template_with_CoT, qa_template_with_passages,
     rewrite_template,
 )
 

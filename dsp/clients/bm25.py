@@ -33,7 +33,7 @@ import numpy as np
 from ..datasets.corpus import (
     CorpusError, MappedPassages, corpus_fingerprint, normalize_passages, read_passages, write_passages,
 )
-from .rm import RM, Passage, check_query
+from .rm import RM, Passage, check_queries
 
 __all__ = ["BM25", "top_k_indices"]
 
@@ -201,13 +201,7 @@ class BM25(RM):
 
         >>> hits = rm.search_batch(["who wrote hamlet", "capital of peru"], k=20)   # doctest: +SKIP
         """
-        if isinstance(queries, str) or not isinstance(queries, Sequence):
-            raise TypeError(f"search_batch takes a list of queries, got {type(queries).__name__}")
-        for i, query in enumerate(queries):
-            try:
-                check_query(query, k)
-            except (TypeError, ValueError) as error:
-                raise type(error)(f"query {i}: {error}") from None
+        queries = check_queries(queries, k)
         if not queries:
             return []
         token_lists = self._tokenize(list(queries), return_ids=False)

@@ -32,7 +32,7 @@ from ..datasets.corpus import (
     CorpusError, MappedPassages, corpus_fingerprint, normalize_passages, read_passages, write_passages,
 )
 from ..settings import settings
-from .rm import RM, Passage, check_query
+from .rm import RM, Passage, check_queries
 from .vectorizers import E5Vectorizer, Vectorizer, vectorizer_from_description
 
 __all__ = ["DenseRM", "FLAT_LIMIT", "default_nlist", "default_nprobe"]
@@ -196,13 +196,7 @@ class DenseRM(RM):
 
         >>> hits = rm.search_batch(["who wrote hamlet", "capital of peru"], k=20)   # doctest: +SKIP
         """
-        if isinstance(queries, str) or not isinstance(queries, Sequence):
-            raise TypeError(f"search_batch takes a list of queries, got {type(queries).__name__}")
-        for i, query in enumerate(queries):
-            try:
-                check_query(query, k)
-            except (TypeError, ValueError) as error:
-                raise type(error)(f"query {i}: {error}") from None
+        queries = check_queries(queries, k)
         if not queries:
             return []
         with self._lock:

@@ -12,13 +12,13 @@ from the closest recorded request, so a replayed program either reproduces the r
 
 from __future__ import annotations
 
-import gzip
 import json
 import threading
 from hashlib import sha256
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+from ..datasets.jsonl import read_jsonl
 from .lm import LM
 from .rm import RM
 from .v1 import V1_COMPLETION_DEFAULTS, shape_v1_completion
@@ -28,21 +28,6 @@ __all__ = ["ReplayLM", "ReplayRM", "UnrecordedRequest", "V1_COMPLETION_DEFAULTS"
 
 class UnrecordedRequest(LookupError):
     """A replay client was asked something its recording does not hold."""
-
-
-def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as error:
-                raise ValueError(f"{path}:{number}: not valid JSON ({error})") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
-            yield number, record
 
 
 def _canonical(record: dict[str, Any]) -> str:
@@ -73,7 +58,7 @@ class _Recording:
         self.requests: list[tuple[int, dict[str, Any]]] = []
         self._cursor: dict[str, int] = {}
         self._lock = threading.Lock()  # the cursor of repeated requests is shared by evaluation threads
-        for number, record in _read_jsonl(self.path):
+        for number, record in read_jsonl(self.path):
             if response_key not in record:
                 raise ValueError(f"{self.path}:{number}: the record has no {response_key!r}")
             request = {k: v for k, v in record.items() if k != response_key}

@@ -26,7 +26,7 @@ from .. import cache as _cache
 from ..example import Example
 from .lm import HISTORY_SIZE
 
-__all__ = ["RM", "Passage", "softmax", "check_query"]
+__all__ = ["RM", "Passage", "softmax", "check_query", "check_queries"]
 
 
 class Passage(Example):
@@ -53,6 +53,18 @@ def check_query(query: Any, k: Any) -> None:
         raise TypeError(f"k must be an integer, got {type(k).__name__}: {k!r}")
     if k <= 0:
         raise ValueError(f"k must be positive, got {k}")
+
+
+def check_queries(queries: Any, k: Any) -> list[str]:
+    """A batch of queries as a list, each checked like `check_query` (errors name the query's index)."""
+    if isinstance(queries, str) or not isinstance(queries, Sequence):
+        raise TypeError(f"a batch search takes a list of queries, got {type(queries).__name__}")
+    for i, query in enumerate(queries):
+        try:
+            check_query(query, k)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"query {i}: {error}") from None
+    return list(queries)
 
 
 class RM:
