@@ -14,6 +14,8 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["dsp", "dsp.*", "programs", "programs.*", "templates", "templates.*"]),
     include_package_data=True,
+    # The Lost in the Middle prompt templates are part of the protocol: they ship with the package.
+    package_data={"dsp.litm": ["prompts/*.prompt", "prompts/LICENSE"]},
     install_requires=[
         "numpy>=1.24",
         "diskcache>=5.6",

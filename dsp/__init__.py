@@ -23,8 +23,8 @@ from .metrics import (
     EM, F1, HotPotF1, answer_match, best_subspan_em, has_answer, nF1, normalize_text, passage_match,
 )
 from .primitives import (
-    all_but, annotate, branch, crossval, fused_retrieval, generate, knn, majority, rank, retrieve,
-    retrieveEnsemble, sample, transformation,
+    ORDER_STRATEGIES, all_but, annotate, branch, crossval, fused_retrieval, generate, knn, majority, order_passages,
+    rank, retrieve, retrieveEnsemble, sample, transformation,
 )
 from .settings import settings
 from .template import Template, Type, format_answers, passages2text
@@ -44,7 +44,7 @@ __all__ = [
     "RetryPolicy", "ServiceError", "RetriesExhausted", "RequestRejected", "ContextTooLong",
     # primitives
     "generate", "majority", "branch", "retrieve", "fused_retrieval", "retrieveEnsemble", "rank",
-    "annotate", "sample", "knn", "crossval", "all_but", "transformation",
+    "annotate", "sample", "knn", "crossval", "all_but", "transformation", "order_passages", "ORDER_STRATEGIES",
     # metrics
     "normalize_text", "EM", "F1", "HotPotF1", "nF1", "best_subspan_em", "has_answer", "passage_match", "answer_match",
     # evaluation
