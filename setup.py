@@ -48,7 +48,11 @@ setup(
             "nbformat>=5.10",
             "ipykernel>=6.29",
             "matplotlib>=3.8",
+            "ray>=2.9",
+            "redis>=5.0",
         ],
+        # Beyond one machine: Ray fan-out of dsp.evaluate and a Redis-backed shared cache.
+        "scale": ["ray>=2.9", "redis>=5.0"],
         "bench": ["rank_bm25>=0.2.2", "psutil>=5.9"],
     },
     entry_points={"console_scripts": ["dsp=dsp.cli:main"]},

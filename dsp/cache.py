@@ -1,9 +1,13 @@
-"""The disk cache behind every LM and RM call: canonical request -> key, JSON values, diskcache storage.
+"""The cache behind every LM and RM call: canonical request -> key, JSON values, diskcache or Redis storage.
 
 A key is the SHA-256 of the canonical JSON of the request (client kind, model, every parameter, the
 prompt or query) plus the cache-format version, so a changed parameter is a new entry and a rerun of
 the same program is free. Values are JSON text (never pickle). Entries are written once (set-if-absent),
 never evicted, and the store is shared safely by threads and processes (SQLite underneath).
+
+The store is a `DiskStore` (diskcache, the default) or, when `settings.cache_url` / $DSP_CACHE_URL names
+a Redis server, a `dsp.cache_redis.RedisStore` holding the same keys and the same JSON text, so every
+process of a cluster reuses every call (see `get_store`).
 
 >>> request_key({"kind": "lm", "model": "m", "prompt": "hi"}) == request_key({"prompt": "hi", "model": "m", "kind": "lm"})
 True
@@ -17,23 +21,30 @@ import os
 import threading
 from hashlib import sha256
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 import diskcache
 
 from .settings import settings
 
-__all__ = ["CACHE_FORMAT_VERSION", "request_key", "cache_enabled", "cache_dir", "cached_call", "get_store", "DiskStore"]
+__all__ = ["CACHE_FORMAT_VERSION", "request_key", "cache_enabled", "cache_dir", "cache_url", "cached_call", "get_store",
+           "encode_value", "Store", "DiskStore"]
 
 CACHE_FORMAT_VERSION = 1
 # Never part of a key: a request that carries one of these is a bug in the client that built it.
 SECRET_FIELDS = frozenset({"api_key", "apikey", "authorization", "password", "secret", "token", "access_token"})
 _MISS = object()
 log = logging.getLogger("dsp.cache")
+# Built once: json.dumps with options builds a new encoder on every call, a good part of a small dump.
+# (An encoder keeps no state between calls, so threads share these safely.)
+_KEY_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_VALUE_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def _check_no_secrets(value: Any, path: str = "request") -> None:
-    if isinstance(value, Mapping):
+    if isinstance(value, str):  # most leaves (the prompt, the model): nothing to look into
+        return
+    if isinstance(value, dict) or isinstance(value, Mapping):  # dict first: typing's isinstance is slow
         for key, item in value.items():
             if str(key).lower() in SECRET_FIELDS:
                 raise ValueError(f"refusing to put a credential ({path}.{key}) into a cache key")
@@ -46,10 +57,7 @@ def _check_no_secrets(value: Any, path: str = "request") -> None:
 def request_key(request: Mapping[str, Any]) -> str:
     """The cache key of a request: SHA-256 of its canonical JSON (sorted keys; 0 and 0.0 differ)."""
     _check_no_secrets(request)
-    canonical = json.dumps(
-        {"dsp_cache_format": CACHE_FORMAT_VERSION, "request": request},
-        sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
-    )
+    canonical = _KEY_ENCODER.encode({"dsp_cache_format": CACHE_FORMAT_VERSION, "request": request})
     return sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -60,6 +68,23 @@ def cache_enabled() -> bool:
     return os.environ.get("DSP_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+def cache_url() -> str | None:
+    """The Redis URL of a shared cache, or None for the disk cache.
+
+    `settings.cache_url` first; else, unless `settings.cache_dir` picks a disk cache explicitly,
+    $DSP_CACHE_URL. A setting always beats the environment, as for `cache` and `cache_dir`.
+
+    >>> with settings.context(cache_url="redis://127.0.0.1:6379/0"):
+    ...     cache_url()
+    'redis://127.0.0.1:6379/0'
+    """
+    if settings.cache_url:
+        return str(settings.cache_url)
+    if settings.cache_dir:
+        return None
+    return os.environ.get("DSP_CACHE_URL", "").strip() or None
+
+
 def cache_dir() -> Path:
     """`settings.cache_dir`, else $DSP_CACHEDIR, else $XDG_CACHE_HOME/dsp (~/.cache/dsp)."""
     chosen = settings.cache_dir or os.environ.get("DSP_CACHEDIR")
@@ -67,6 +92,27 @@ def cache_dir() -> Path:
         return Path(chosen).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "dsp"
+
+
+def encode_value(value: Any) -> str:
+    """The JSON text a value is stored as, identical in every store (compact, UTF-8, no NaN).
+
+    >>> encode_value({"choices": [{"text": " Paris"}]})
+    '{"choices":[{"text":" Paris"}]}'
+    """
+    return _VALUE_ENCODER.encode(value)
+
+
+class Store(Protocol):
+    """What `cached_call` needs of a store: `get` (a value or the miss sentinel) and set-if-absent `add`."""
+
+    def get(self, key: str) -> Any: ...
+
+    def add(self, key: str, value: Any) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+    def close(self) -> None: ...
 
 
 class DiskStore:
@@ -94,7 +140,7 @@ class DiskStore:
 
     def add(self, key: str, value: Any) -> Any:
         """Store `value` unless another writer got there first; return whichever value is stored."""
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = encode_value(value)
         if self._cache.add(key, text, retry=True):
             return json.loads(text)  # callers see exactly what a later cache hit will return
         stored = self.get(key)
@@ -107,14 +153,36 @@ class DiskStore:
         self._cache.close()
 
 
-_stores: dict[tuple[str, int], DiskStore] = {}
+_stores: dict[tuple[str, str, int], Store] = {}
 _stores_lock = threading.Lock()
 
 
-def get_store(directory: str | os.PathLike | None = None) -> DiskStore:
-    """The store for `directory` (default: `cache_dir()`), one per directory and process."""
-    path = str(Path(directory) if directory is not None else cache_dir())
-    key = (path, os.getpid())  # a forked child must open its own SQLite connection
+def get_store(directory: str | os.PathLike | None = None, *, url: str | None = None) -> Store:
+    """The store in use: a `DiskStore` for `directory`, a `RedisStore` for `url`, else the configured one
+    (`cache_url()` if set, else `cache_dir()`). One per location and process.
+
+    >>> get_store(url="memcached://x")  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ValueError: the dsp cache URL must start with redis://, rediss:// or unix:// ...
+    """
+    if directory is None and url is None:
+        url = cache_url()
+    if url is not None and directory is None:
+        # Imported here: the redis package is only needed by those who ask for a shared cache.
+        from .cache_redis import RedisStore, check_url
+
+        check_url(url)
+        key = ("redis", url, os.getpid())  # a forked child must open its own connections
+        with _stores_lock:
+            store = _stores.get(key)
+            if store is None:
+                store = _stores[key] = RedisStore(url)
+            return store
+    path = str(Path(directory)) if directory is not None else _configured_disk_path()
+    key = ("disk", path, os.getpid())  # a forked child must open its own SQLite connection
+    store = _stores.get(key)  # every cached call comes here: skip the lock once the store exists
+    if store is not None:
+        return store
     with _stores_lock:
         store = _stores.get(key)
         if store is None:
@@ -122,13 +190,133 @@ def get_store(directory: str | os.PathLike | None = None) -> DiskStore:
         return store
 
 
+_disk_paths: dict[tuple[Any, ...], str] = {}
+
+
+def _configured_disk_path() -> str:
+    """`str(cache_dir())`, remembered per (setting, environment): building a Path costs more than the
+    rest of a cache hit's bookkeeping."""
+    chosen = settings.cache_dir
+    environ = os.environ
+    memo_key = (chosen, environ.get("DSP_CACHEDIR"), environ.get("XDG_CACHE_HOME"), environ.get("HOME"))
+    try:
+        return _disk_paths[memo_key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable cache_dir setting: no memo
+        return str(cache_dir())
+    path = str(cache_dir())
+    if len(_disk_paths) < 1024:
+        _disk_paths[memo_key] = path
+    return path
+
+
+# -- the in-process layer in front of a store ------------------------------------------------------
+
+MEMORY_LIMIT = 32_000_000  # characters (requests + value texts) the in-process layer keeps per store
+_UNFROZEN = object()
+
+
+class _Memory:
+    """What this process already read from or wrote to one store, by request rather than by key.
+
+    A repeated request is answered from here without hashing its canonical JSON or reading the store
+    (those cost more than the rest of a cache hit). Sound because an entry never changes once written
+    (set-if-absent, never evicted). Values are kept as JSON text and parsed on every hit, so each caller
+    gets its own copy, as from the store. The oldest entries go first beyond `limit` characters.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self.entries: dict[Any, tuple[str, int]] = {}
+        self.lock = threading.Lock()  # writers only; a read is one atomic dict lookup
+
+    def get(self, frozen: Any) -> str | None:
+        entry = self.entries.get(frozen)
+        return entry[0] if entry is not None else None
+
+    def put(self, frozen: Any, chars: int, text: str) -> None:
+        size = chars + len(text)
+        with self.lock:
+            if frozen in self.entries or size > self.limit:
+                return
+            self.entries[frozen] = (text, size)
+            self.size += size
+            while self.size > self.limit:  # dicts keep insertion order: the first entry is the oldest
+                oldest = next(iter(self.entries))
+                self.size -= self.entries.pop(oldest)[1]
+
+
+_memories: dict[int, tuple[Any, _Memory]] = {}
+
+
+def _memory_of(store: Any) -> _Memory:
+    entry = _memories.get(id(store))
+    if entry is None or entry[0] is not store:
+        with _stores_lock:
+            entry = _memories.get(id(store))
+            if entry is None or entry[0] is not store:
+                entry = _memories[id(store)] = (store, _Memory(MEMORY_LIMIT))
+    return entry[1]
+
+
+def _freeze(value: Any, chars: list[int]) -> Any:
+    """A hashable stand-in for a request value, equal only for values whose canonical JSON is equal;
+    `_UNFROZEN` for anything but plain JSON data (exact types), a credential field or a non-finite
+    float (those take the ordinary path, where `request_key` refuses them)."""
+    kind = type(value)
+    if kind is str:
+        chars[0] += len(value)
+        return value
+    if kind is dict:
+        items = []
+        for key, item in value.items():
+            if type(key) is not str or key.lower() in SECRET_FIELDS:
+                return _UNFROZEN
+            frozen = _freeze(item, chars)
+            if frozen is _UNFROZEN:
+                return _UNFROZEN
+            items.append((key, frozen))
+        return (dict, frozenset(items))  # key order does not matter: the canonical JSON sorts keys
+    if kind is list or kind is tuple:
+        items = []
+        for item in value:
+            frozen = _freeze(item, chars)
+            if frozen is _UNFROZEN:
+                return _UNFROZEN
+            items.append(frozen)
+        return (list, tuple(items))  # a list and a tuple are the same JSON array
+    if value is None or kind is bool or kind is int:
+        return (kind, value)  # tagged: True, 1 and 1.0 are equal in Python but not in JSON
+    if kind is float:
+        return (float, value.hex()) if value - value == 0.0 else _UNFROZEN  # -0.0 != 0.0 in JSON; no NaN/inf
+    return _UNFROZEN
+
+
 def cached_call(request: Mapping[str, Any], compute: Callable[[], Any]) -> tuple[Any, bool]:
-    """`compute()`'s result for `request`, from the cache when present. Returns (value, was_cached)."""
+    """`compute()`'s result for `request`, from the cache when present. Returns (value, was_cached).
+
+    A request this process has already seen for this store is answered from memory (see `_Memory`).
+    """
     if not cache_enabled():
         return compute(), False
+    chars = [0]
+    frozen = _freeze(request, chars)
+    store = memory = None
+    if frozen is not _UNFROZEN:
+        store = get_store()
+        memory = _memory_of(store)
+        text = memory.get(frozen)
+        if text is not None:
+            return json.loads(text), True
     key = request_key(request)
-    store = get_store()
+    if store is None:
+        store = get_store()  # after request_key, which refuses a bad request before a store is opened
     value = store.get(key)
-    if value is not _MISS:
-        return value, True
-    return store.add(key, compute()), False
+    cached = value is not _MISS
+    if not cached:
+        value = store.add(key, compute())
+    if memory is not None:
+        memory.put(frozen, chars[0], encode_value(value))
+    return value, cached

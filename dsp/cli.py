@@ -3,6 +3,7 @@
     dsp demo                                   the main job: embedded Gemma + BM25, NQ questions
     dsp run dsp --dataset nq --n 300 --seeds 0,1,2,3,4 --threads 2
     dsp run retrieve_then_read --dataset hotpotqa --lm openai:gpt-4o-mini
+    dsp run dsp --dataset nq --backend ray --ray-address auto --threads 4 --global-concurrency 32
     dsp ask "Who wrote Hamlet?" --program dsp --dataset nq
     dsp index --passages passages.jsonl.gz --out index/ [--backend bm25|dense]
     dsp serve --index index/ --port 8893
@@ -185,15 +186,36 @@ def cmd_run(args: argparse.Namespace) -> int:
             out = out_dir / f"{task.name}-{args.program}-seed{seed}.jsonl"
             print(f"== {args.program} on {task.name}: {len(task.dev)} examples, seed {seed}, {lm!r}, {rm!r}")
             result = dsp.evaluate(program, task.dev, metric=task.metric, num_threads=args.threads,
-                                  out=out, seed=seed, inputs=None if task.conversational else "question")
+                                  out=out, seed=seed, inputs=None if task.conversational else "question",
+                                  **_backend_options(args, task))
             low, high = result.confidence_interval()
             print(f"{result.metric_name} {result.score:.1f} (95% CI {low:.1f} to {high:.1f}), n={len(result.rows)}")
             results.append(result)
     table = dsp.summarize_seeds(results)
     print(table.to_string(index=False))
     print(f"{args.program} on {task.name}: {table.attrs['text']}; per-example results in {out_dir}/")
-    print(f"LM usage: {lm.usage.as_dict()}")
+    if args.backend == "ray":  # the workers made the calls: their per-example counts are the totals
+        usage = dsp.Usage()
+        for result in results:
+            for key in ("requests", "cached_requests", "prompt_tokens", "completion_tokens", "cost"):
+                setattr(usage, key, getattr(usage, key) + getattr(result.usage, key))
+        print(f"LM usage (all workers): {usage.as_dict()}")
+    else:
+        print(f"LM usage: {lm.usage.as_dict()}")
     return 0
+
+
+def _backend_options(args: argparse.Namespace, task: Task) -> dict[str, Any]:
+    """dsp.evaluate's backend arguments from `dsp run`'s flags."""
+    if args.backend != "ray":
+        if args.ray_address or args.batch_size or args.global_concurrency:
+            raise SystemExit("--ray-address, --batch-size and --global-concurrency need --backend ray")
+        return {}
+    if task.conversational:
+        # Turns see the program's own earlier answers, held in one process: conversations are not split.
+        raise SystemExit(f"dataset {task.name} is evaluated autoregressively in one process; use --backend threads")
+    return {"backend": "ray", "ray_address": args.ray_address, "batch_size": args.batch_size,
+            "global_concurrency": args.global_concurrency}
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -253,7 +275,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--n", type=int, default=None, help="dev examples (downsampled, seeded); default all")
     run.add_argument("--seeds", default="0", help="comma-separated seeds, one 16-shot training set each")
     run.add_argument("--shots", type=int, default=16, help="training examples per seed (paper: 16)")
-    run.add_argument("--threads", type=int, default=1)
+    run.add_argument("--threads", type=int, default=1, help="examples at a time (per Ray worker with --backend ray)")
+    run.add_argument("--backend", choices=("threads", "ray"), default="threads",
+                     help="threads in this process, or batches as Ray tasks on a cluster")
+    run.add_argument("--ray-address", help="the Ray cluster (auto, host:6379, ray://host:10001); default: "
+                                           "$RAY_ADDRESS, else a local cluster")
+    run.add_argument("--batch-size", type=int, help="examples per Ray task (default: --threads)")
+    run.add_argument("--global-concurrency", type=int,
+                     help="LM requests in flight across all Ray workers (default: no limit)")
     run.add_argument("--dev-seed", type=int, default=0, help="seed of the dev downsampling")
     run.add_argument("--out", default="runs", help="directory for the per-example JSONL files")
     run.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="program options, e.g. k=5 n=10")

@@ -6,9 +6,14 @@ thread. Results stream into a JSONL file, one line per finished example; a rerun
 skips the finished examples and returns the same results, so a killed evaluation resumes where it
 stopped. The gold fields are removed from what the program sees.
 
+With ``backend="ray"`` the examples run in batches as Ray tasks on a cluster (see
+`dsp.backends.ray`); the workers rebuild the LM and RM from their specs, rows stream back to this
+process, which writes the same JSONL, shows the same progress bar and resumes the same way.
+
 >>> result = dsp.evaluate(program, dev, metric=dsp.EM, num_threads=8, out="runs/rtr.jsonl")  # doctest: +SKIP
 Answered 51 / 300 (17.0%) correctly.
 >>> result.df.head()                                                                         # doctest: +SKIP
+>>> dsp.evaluate(program, dev, backend="ray", ray_address="auto", num_threads=4)             # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -33,11 +38,13 @@ from .example import Example
 from .metrics import EM
 from .settings import settings
 
-__all__ = ["evaluate", "EvaluationResult", "summarize_seeds", "example_fingerprint", "LABEL_FIELDS"]
+__all__ = ["evaluate", "EvaluationResult", "summarize_seeds", "example_fingerprint", "run_example", "failed_row",
+           "metric_caller", "LABEL_FIELDS", "BACKENDS"]
 
 # Gold fields of the bundled datasets: never shown to the program under evaluation.
 LABEL_FIELDS = ("answer", "answers", "gold", "label", "labels", "gold_passage", "gold_passage_id", "gold_titles",
                 "nq_annotated_gold", "Answer", "Rewrite")
+BACKENDS = ("threads", "ray")
 log = logging.getLogger("dsp.evaluate")
 
 
@@ -108,7 +115,12 @@ class EvaluationResult:
         return f"EvaluationResult({self.metric_name}={self.score:.1f}, n={len(self.rows)}, out={self.out!r})"
 
 
-def _metric_caller(metric: Callable[..., Any]) -> Callable[[Any, Any, Example], float]:
+def metric_caller(metric: Callable[..., Any]) -> Callable[[Any, Any, Example], float]:
+    """`metric` as f(prediction, gold, example): the example is passed only to a metric that asks for it.
+
+    >>> metric_caller(lambda p, g: p == g)("a", "a", None)
+    1.0
+    """
     try:
         params = inspect.signature(metric).parameters
     except (TypeError, ValueError):
@@ -120,6 +132,68 @@ def _metric_caller(metric: Callable[..., Any]) -> Callable[[Any, Any, Example], 
         return float(value)
 
     return call
+
+
+def _row_head(example: Mapping[str, Any], index: int, seed: int | None, gold: str) -> dict[str, Any]:
+    return {
+        "index": index, "id": example.get("id"), "seed": seed, "fingerprint": example_fingerprint(example),
+        "question": example.get("question"), "gold": _jsonable(example.get(gold)),
+    }
+
+
+def failed_row(example: Mapping[str, Any], index: int, error: str, *, seed: int | None = None,
+               gold: str = "answer") -> dict[str, Any]:
+    """The row of an example that never ran to the end (e.g. its Ray worker died for good): it scores 0,
+    carries `error`, and a rerun retries it, as it does an example whose program raised.
+
+    >>> failed_row({"question": "q", "answer": "a"}, 3, "WorkerCrashedError: gone")["error"]
+    'WorkerCrashedError: gone'
+    """
+    return {**_row_head(example, index, seed, gold), "prediction": None, "score": 0.0, "error": error,
+            "trace": [], "usage": Usage().as_dict(), "seconds": 0.0}
+
+
+def run_example(
+    program: Callable[..., Any],
+    example: Example,
+    index: int,
+    score_of: Callable[[Any, Any, Example], float],
+    *,
+    seed: int | None = None,
+    inputs: str | None = "question",
+    gold: str = "answer",
+    field: str = "answer",
+    labels: Sequence[str] = LABEL_FIELDS,
+) -> dict[str, Any]:
+    """Run `program` on one dev example in its own settings context and return its JSONL row.
+
+    Every backend builds rows here, so a thread and a Ray worker record an example identically.
+
+    >>> run_example(str.upper, Example(question="q", answer="Q"), 0, metric_caller(EM))["score"]
+    1.0
+    """
+    trace: list[dict[str, Any]] = []
+    usage = Usage()
+    started = time.perf_counter()
+    row = _row_head(example, index, seed, gold)
+    overrides: dict[str, Any] = {"trace": trace, "usage": usage}
+    if seed is not None:
+        overrides["branch_idx"] = seed
+    try:
+        with settings.context(**overrides):
+            arg = example[inputs] if inputs is not None else example.without(*labels)
+            output = program(arg)
+        prediction = output.get(field) if isinstance(output, Mapping) else output
+        row.update(prediction=_jsonable(prediction), score=score_of(prediction, example[gold], example),
+                   error=None)
+        if isinstance(output, Mapping) and output.get("context") is not None:
+            row["context"] = _jsonable(output["context"])  # what the program read: for retrieval recall
+    except Exception as error:  # one failing example must not lose the others; it is recorded
+        row.update(prediction=None, score=0.0,
+                   error=f"{type(error).__name__}: {error}",
+                   traceback="".join(traceback.format_exception(error))[-4000:])
+    row.update(trace=_jsonable(trace), usage=usage.as_dict(), seconds=round(time.perf_counter() - started, 3))
+    return row
 
 
 def _read_done(path: Path) -> dict[int, dict[str, Any]]:
@@ -154,6 +228,10 @@ def evaluate(
     seed: int | None = None,
     display_progress: bool = True,
     display: bool = True,
+    backend: str = "threads",
+    ray_address: str | None = None,
+    batch_size: int | None = None,
+    global_concurrency: int | None = None,
 ) -> EvaluationResult:
     """Run `program` on every dev example, score it with `metric(prediction, example[gold])`.
 
@@ -166,6 +244,12 @@ def evaluate(
     - `seed`: recorded in the rows and used as `settings.branch_idx`, so `dsp.sample` draws this
       seed's demonstrations.
     - An example whose program raises is recorded with its error and scores 0; a rerun retries it.
+    - `backend="threads"` runs `num_threads` examples at a time in this process. `backend="ray"` sends
+      batches of `batch_size` examples (default num_threads) as Ray tasks to the cluster at
+      `ray_address` (default: the one this process is connected to, else a local one); each task runs
+      `num_threads` examples at a time, and `global_concurrency` caps the LM requests in flight across
+      all workers. The program and metric travel by cloudpickle (importable functions and partials of
+      plain data; never a live client); the LM and RM are rebuilt on the workers from their `.spec`.
     """
     if not callable(program):
         raise TypeError(f"evaluate needs a callable program, got {type(program).__name__}")
@@ -177,8 +261,15 @@ def evaluate(
             raise ValueError(f"dev example {i} has no input field {inputs!r} (its fields: {', '.join(example)})")
     if not isinstance(num_threads, int) or num_threads < 1:
         raise ValueError(f"num_threads must be a positive integer, got {num_threads!r}")
+    for name, value in (("batch_size", batch_size), ("global_concurrency", global_concurrency)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    if backend != "ray" and (ray_address is not None or global_concurrency is not None):
+        raise ValueError("ray_address and global_concurrency apply to backend='ray' only")
     labels = tuple(labels)
-    score_of = _metric_caller(metric)
+    score_of = metric_caller(metric)
     metric_name = getattr(metric, "__name__", type(metric).__name__)
     path = Path(out) if out is not None else None
     done: dict[int, dict[str, Any]] = {}
@@ -191,42 +282,23 @@ def evaluate(
     write_lock = threading.Lock()
     total_usage = Usage()
 
-    def run_one(i: int) -> dict[str, Any]:
-        example = examples[i]
-        trace: list[dict[str, Any]] = []
-        usage = Usage()
-        started = time.perf_counter()
-        row: dict[str, Any] = {
-            "index": i, "id": example.get("id"), "seed": seed, "fingerprint": example_fingerprint(example),
-            "question": example.get("question"), "gold": _jsonable(example.get(gold)),
-        }
-        overrides: dict[str, Any] = {"trace": trace, "usage": usage}
-        if seed is not None:
-            overrides["branch_idx"] = seed
-        try:
-            with settings.context(**overrides):
-                arg = example[inputs] if inputs is not None else example.without(*labels)
-                output = program(arg)
-            prediction = output.get(field) if isinstance(output, Mapping) else output
-            row.update(prediction=_jsonable(prediction), score=score_of(prediction, example[gold], example),
-                       error=None)
-            if isinstance(output, Mapping) and output.get("context") is not None:
-                row["context"] = _jsonable(output["context"])  # what the program read: for retrieval recall
-        except Exception as error:  # one failing example must not lose the others; it is recorded
-            row.update(prediction=None, score=0.0,
-                       error=f"{type(error).__name__}: {error}",
-                       traceback="".join(traceback.format_exception(error))[-4000:])
-        row.update(trace=_jsonable(trace), usage=usage.as_dict(), seconds=round(time.perf_counter() - started, 3))
+    def record(row: dict[str, Any]) -> dict[str, Any]:
+        """Count a finished example's usage and append its row to the JSONL (from any thread)."""
         with write_lock:
+            usage = row.get("usage") or {}
             for key in ("requests", "cached_requests", "prompt_tokens", "completion_tokens"):
-                setattr(total_usage, key, getattr(total_usage, key) + getattr(usage, key))
-            total_usage.cost += usage.cost
+                setattr(total_usage, key, getattr(total_usage, key) + int(usage.get(key) or 0))
+            total_usage.cost += float(usage.get("cost") or 0.0)
             if path is not None:
                 with path.open("a", encoding="utf-8") as f:
                     f.write(json.dumps(row, ensure_ascii=False) + "\n")
                     f.flush()
                     os.fsync(f.fileno())
         return row
+
+    def run_one(i: int) -> dict[str, Any]:
+        return record(run_example(program, examples[i], i, score_of, seed=seed, inputs=inputs, gold=gold,
+                                  field=field, labels=labels))
 
     todo = [i for i in range(len(examples)) if i not in done]
     rows: dict[int, dict[str, Any]] = dict(done)
@@ -244,7 +316,14 @@ def evaluate(
             progress.update(1)
 
     try:
-        if num_threads == 1:
+        if backend == "ray" and todo:
+            # Imported here: importing dsp never imports ray.
+            from .backends.ray import run_on_ray
+
+            run_on_ray(program, metric, examples, todo, on_row=lambda row: finished(record(row)), seed=seed,
+                       inputs=inputs, gold=gold, field=field, labels=labels, num_threads=num_threads,
+                       address=ray_address, batch_size=batch_size, global_concurrency=global_concurrency)
+        elif num_threads == 1:
             for i in todo:
                 finished(run_one(i))
         else:

@@ -30,6 +30,8 @@ SETTINGS_KEYS: Mapping[str, str] = MappingProxyType({
     "reranker": "optional (query, passages) -> scores function used by dsp.rank",
     "cache": "False turns the disk cache off (default: on unless DSP_CACHE=0)",
     "cache_dir": "where the disk cache lives (default: $DSP_CACHEDIR or the user cache dir)",
+    "cache_url": "redis://host:port/db: keep the cache in Redis, shared by every process and machine "
+                 "(default: $DSP_CACHE_URL unless cache_dir is set; unset = the disk cache)",
     "branch_idx": "seed of dsp.sample and of branch-specific LM sampling",
     "lm_overrides": "dict of generation parameters forced on every generate call (dsp.branch sets it)",
     "trace": "a list that records every generate stage when set (dsp.evaluate sets one per example)",

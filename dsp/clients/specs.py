@@ -2,6 +2,7 @@
 
     llamacpp                         the embedded Gemma 3 270M (default)
     llamacpp:/models/x.gguf          another local GGUF model
+    llamacpp:,n_threads=1            options: n_ctx, n_threads
     openai:gpt-4o-mini               OpenAI (key from OPENAI_API_KEY)
     openai-compatible:http://127.0.0.1:8765/v1[,model=NAME][,type=text|chat]
                                      any OpenAI-compatible server (vLLM, llama.cpp, Ollama)
@@ -76,7 +77,8 @@ def _first_model(base_url: str) -> str:
 def _llamacpp(argument: str, options: dict[str, str]) -> Any:
     from .llamacpp import LlamaCpp
 
-    kwargs: dict[str, Any] = {"n_ctx": int(options["n_ctx"])} if "n_ctx" in options else {}
+    # n_threads matters on shared machines (a Ray node runs one model per CPU-slot; see dsp.backends.ray).
+    kwargs: dict[str, Any] = {key: int(options[key]) for key in ("n_ctx", "n_threads") if key in options}
     return LlamaCpp(argument or None, **kwargs)
 
 
