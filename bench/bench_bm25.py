@@ -1,11 +1,18 @@
-"""Benchmark: dsp.BM25 (bm25s) vs rank_bm25 on the Wikipedia-2018 sample, and DenseRM flat vs IVF.
+"""Benchmark: dsp.BM25 (bm25s) vs rank_bm25 on the Wikipedia-2018 sample and on a 1M-passage synthetic
+corpus, and DenseRM flat vs IVF.
 
 Each measurement runs in a fresh child process, so peak memory (ru_maxrss) is its own: it is reported
 as the growth of the peak over the child's baseline after the passages were read.
 
-    DSP_DATA_DIR=../shared/data .venv/bin/python bench/bench_bm25.py                 # all
+    DSP_DATA_DIR=../shared/data .venv/bin/python bench/bench_bm25.py                 # all (~15 min)
     DSP_DATA_DIR=../shared/data .venv/bin/python bench/bench_bm25.py --dense-n 100000
-    .venv/bin/python bench/bench_bm25.py --skip-bm25 --dense-n 1000000                # later
+    .venv/bin/python bench/bench_bm25.py --skip-bm25 --skip-synthetic --dense-n 1000000
+    .venv/bin/python bench/bench_bm25.py --skip-bm25 --skip-dense --synthetic-n 1000000
+
+The synthetic corpus (--synthetic-n passages, default 1,000,000) has 40-word passages drawn from a
+Zipfian vocabulary of 50,000 made-up words plus a topic of 10 rarer words each; a query is 6 words of one
+passage (its "gold"). rank_bm25 scores every passage in Python per query term, so on 1M passages it
+is measured on a subsample of the queries (--synthetic-rank-bm25-queries) and said so.
 
 Needs `pip install rank_bm25` for the comparison (skipped with a note when it is missing).
 Figures are wall-clock on this machine; nothing here is a pass/fail test.
@@ -118,6 +125,82 @@ def worker_rank_bm25(data: Path, n_queries: int) -> dict:
             **{f"recall@{k}": _recall(ranked, golds, k) for k in (1, 5, 20)}}
 
 
+def synthetic_corpus(path: Path, n: int) -> None:
+    """Write the synthetic corpus (JSONL) and its queries (path + ".queries.json")."""
+    rng = random.Random(0)
+    vocab = [f"w{i}x{(i * 7919) % 997}" for i in range(50_000)]
+    weights = [1.0 / (rank + 1) for rank in range(len(vocab))]  # Zipf: a few very common words
+    cumulative, total = [], 0.0
+    for weight in weights:
+        total += weight
+        cumulative.append(total)
+    queries = []
+    with path.open("w", encoding="utf-8") as out:
+        for i in range(n):
+            words = rng.choices(vocab, cum_weights=cumulative, k=30)
+            topic = rng.randrange(n // 20 + 1)
+            words += [f"t{topic}r{j}" for j in rng.sample(range(40), 10)]
+            rng.shuffle(words)
+            out.write(json.dumps({"id": str(i), "title": "", "text": " ".join(words)}) + "\n")
+            if i % max(1, n // 2000) == 0:
+                queries.append((" ".join(rng.sample(words, 6)), str(i)))
+    Path(str(path) + ".queries.json").write_text(json.dumps(queries), encoding="utf-8")
+
+
+def worker_synthetic_dsp(path: Path, n_queries: int) -> dict:
+    from dsp.clients.bm25 import BM25
+    from dsp.datasets.corpus import read_passages
+
+    passages = read_passages(path)
+    queries = json.loads(Path(str(path) + ".queries.json").read_text())[:n_queries]
+    base = _peak_mb()
+    start = time.perf_counter()
+    rm = BM25(passages)
+    index_s = time.perf_counter() - start
+    peak = _peak_mb() - base
+    texts = [q for q, _ in queries]
+    start = time.perf_counter()
+    single = [rm(q, k=10, cache=False) for q in texts]
+    single_qps = len(texts) / (time.perf_counter() - start)
+    start = time.perf_counter()
+    rm.search_batch(texts, k=10)
+    batch_qps = len(texts) / (time.perf_counter() - start)
+    hit1 = sum(r[0].id == gold for r, (_, gold) in zip(single, queries)) / len(queries)
+    return {"system": "dsp.BM25 (bm25s)", "n": len(passages), "queries": len(texts), "index_s": index_s,
+            "peak_mb": peak, "qps_single": single_qps, "qps_batch": batch_qps, "gold@1": hit1}
+
+
+def worker_synthetic_rank_bm25(path: Path, n_queries: int) -> dict:
+    import bm25s
+    import numpy as np
+    import Stemmer
+    from rank_bm25 import BM25Okapi
+
+    from dsp.datasets.corpus import read_passages
+
+    passages = read_passages(path)
+    queries = json.loads(Path(str(path) + ".queries.json").read_text())[:n_queries]
+    stemmer = Stemmer.Stemmer("english")
+    base = _peak_mb()
+    start = time.perf_counter()
+    # The same tokens as dsp.BM25; ids mapped back to one shared string per word (kinder to rank_bm25's memory).
+    tokenized = bm25s.tokenize([p["text"] for p in passages], stopwords="en", stemmer=stemmer, return_ids=True,
+                               show_progress=False)
+    words = {i: w for w, i in tokenized.vocab.items()}
+    model = BM25Okapi([[words[i] for i in doc] for doc in tokenized.ids])
+    index_s = time.perf_counter() - start
+    peak = _peak_mb() - base
+    hits = 0
+    start = time.perf_counter()
+    for text, gold in queries:
+        query = bm25s.tokenize([text], stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)[0]
+        scores = model.get_scores(query)
+        hits += passages[int(np.argmax(scores))]["id"] == gold
+    qps = len(queries) / (time.perf_counter() - start)
+    return {"system": "rank_bm25.BM25Okapi", "n": len(passages), "queries": len(queries), "index_s": index_s,
+            "peak_mb": peak, "qps_single": qps, "gold@1": hits / len(queries)}
+
+
 def worker_dense(n: int, n_queries: int, dim: int) -> dict:
     import numpy as np
 
@@ -176,6 +259,11 @@ def main() -> None:
     parser.add_argument("--rank-bm25-queries", type=int, default=300, help="questions for rank_bm25 (slow)")
     parser.add_argument("--dense-n", type=int, default=100_000, help="synthetic passages for flat vs IVF")
     parser.add_argument("--dense-dim", type=int, default=256)
+    parser.add_argument("--synthetic-n", type=int, default=1_000_000, help="passages of the synthetic corpus")
+    parser.add_argument("--synthetic-queries", type=int, default=1000, help="queries for dsp.BM25 on it")
+    parser.add_argument("--synthetic-rank-bm25-queries", type=int, default=20,
+                        help="queries for rank_bm25 on it (seconds each at 1M passages)")
+    parser.add_argument("--skip-synthetic", action="store_true")
     parser.add_argument("--skip-bm25", action="store_true")
     parser.add_argument("--skip-dense", action="store_true")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
@@ -183,7 +271,11 @@ def main() -> None:
 
     if args.worker:
         kind, *rest = args.worker
-        if kind == "dsp":
+        if kind == "synthetic_dsp":
+            result = worker_synthetic_dsp(Path(rest[0]), int(rest[1]))
+        elif kind == "synthetic_rank_bm25":
+            result = worker_synthetic_rank_bm25(Path(rest[0]), int(rest[1]))
+        elif kind == "dsp":
             result = worker_dsp(Path(rest[0]), int(rest[1]))
         elif kind == "rank_bm25":
             result = worker_rank_bm25(Path(rest[0]), int(rest[1]))
@@ -192,7 +284,7 @@ def main() -> None:
         print(json.dumps(result))
         return
 
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores")
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
     if not args.skip_bm25:
         data = os.environ.get("DSP_DATA_DIR")
         if not data:
@@ -220,6 +312,34 @@ def main() -> None:
                   f"queries {ours['qps_single'] / other['qps_single']:.0f}x (one at a time), "
                   f"{ours['qps_batch'] / other['qps_single']:.0f}x (batch), "
                   f"peak memory {ours['peak_mb'] / max(other['peak_mb'], 1):.2f}x")
+    if not args.skip_synthetic:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="dsp-bench-bm25-") as tmp:
+            path = Path(tmp) / "synthetic.jsonl"
+            start = time.perf_counter()
+            synthetic_corpus(path, args.synthetic_n)
+            print(f"\n== BM25 on a synthetic corpus of {args.synthetic_n:,} passages (written in "
+                  f"{time.perf_counter() - start:.0f} s, {path.stat().st_size / 1e6:.0f} MB), k=10; "
+                  f"load average {os.getloadavg()[0]:.2f}", flush=True)
+            rows = [_child(["synthetic_dsp", str(path), str(args.synthetic_queries)])]
+            try:
+                import rank_bm25  # noqa: F401
+            except ImportError:
+                print("rank_bm25 is not installed (pip install rank_bm25): comparison skipped")
+            else:
+                rows.append(_child(["synthetic_rank_bm25", str(path), str(args.synthetic_rank_bm25_queries)]))
+        print(f"{'system':24} {'queries':>8} {'index s':>8} {'peak MB':>8} {'q/s one':>9} {'q/s batch':>10} {'gold@1':>7}")
+        for r in rows:
+            batch = f"{r['qps_batch']:10.1f}" if "qps_batch" in r else f"{'-':>10}"
+            print(f"{r['system']:24} {r['queries']:8} {r['index_s']:8.1f} {r['peak_mb']:8.0f} {r['qps_single']:9.2f} "
+                  f"{batch} {r['gold@1']:7.3f}")
+        if len(rows) == 2:
+            ours, other = rows
+            print(f"ratio dsp/rank_bm25 on {ours['n']:,} passages: queries {ours['qps_single'] / other['qps_single']:.0f}x "
+                  f"(one at a time), {ours['qps_batch'] / other['qps_single']:.0f}x (batch) (goal >= 30x; rank_bm25 "
+                  f"measured on {other['queries']} queries), index {other['index_s'] / ours['index_s']:.1f}x faster, "
+                  f"peak memory {ours['peak_mb'] / max(other['peak_mb'], 1):.2f}x; load average {os.getloadavg()[0]:.2f}")
     if not args.skip_dense:
         n_queries = 1000
         dense = _child(["dense", str(args.dense_n), str(n_queries), str(args.dense_dim)])

@@ -26,8 +26,9 @@ Answer:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence  # the abc classes: isinstance is several times faster than typing's
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable
 
 from .example import Example
 
@@ -35,6 +36,9 @@ __all__ = ["Type", "Template", "Field", "passages2text", "format_answers"]
 
 PART_SEPARATOR = "\n\n---\n\n"
 GUIDELINES_HEADER = "Follow the following format.\n\n"
+# Rendered demos kept per template (a program reuses the same demos for every question); the memo is
+# emptied when it reaches this size, so an evaluation with ever-new demos cannot grow it without bound.
+DEMO_MEMO_SIZE = 4096
 
 
 def _passage_text(passage: Any, where: str) -> str:
@@ -152,6 +156,10 @@ class Template:
         self.keys = [f.input_variable for f in self.fields]
         # DSP v1's "long" format: blank lines between fields of augmented records.
         self.is_long = len(self.fields) > 3 or any(f.separator == "\n" for f in self.fields)
+        # Rendered guidelines and demos, valid while fields, handlers and is_long are what they were
+        # when the memo was filled (see _memo).
+        self._memo_state: tuple[Any, ...] | None = None
+        self._memo_table: dict[Any, str] = {}
 
     def __repr__(self) -> str:
         return f"Template({self.instructions!r}, fields={self.keys})"
@@ -172,6 +180,49 @@ class Template:
 
     # -- rendering -------------------------------------------------------------------------------
 
+    def _memo(self) -> dict[Any, str] | None:
+        """The memo of rendered text, or None when a field has a custom formatter.
+
+        Rendering a demo or the guidelines is a pure function of the template and the demo's field
+        values only when the formatters are pure; the built-in ones are, a user's may not be (so no
+        memo then). The memo is dropped if `fields`, `format_handlers` or `is_long` were changed.
+        """
+        state = self._memo_state
+        handlers = self.format_handlers
+        if state is None or state[0] is not self.fields or state[1] != len(self.fields) \
+                or state[2] != handlers or state[3] != self.is_long:
+            pure = all(handlers.get(f.input_variable, _collapse) in _PURE_FORMATTERS for f in self.fields)
+            state = (self.fields, len(self.fields), dict(handlers), self.is_long, pure)
+            self._memo_state, self._memo_table = state, {}
+        return self._memo_table if state[4] else None
+
+    def _render_demo(self, demo: Mapping[str, Any], memo: dict[Any, str] | None, i: int) -> str:
+        """`self.query(demo, is_demo=True)`, from the memo when the same field values were rendered before."""
+        key = self._demo_key(demo) if memo is not None else None
+        if key is not None:
+            text = memo.get(key)
+            if text is not None:
+                return text
+        text = self.query(demo, is_demo=True, where=f"demo {i}")
+        if key is not None:
+            if len(memo) >= DEMO_MEMO_SIZE:
+                memo.clear()
+            memo[key] = text
+        return text
+
+    def _demo_key(self, demo: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """What a demo's rendering depends on (its fields' values, its augmented flag), or None if a
+        value is not of a plain type that can stand for itself in a key."""
+        key: list[Any] = [bool(self.is_long and demo.get("augmented"))]
+        for name in self.keys:
+            value = demo.get(name)
+            if value is not None and type(value) is not str:
+                value = _frozen(value)
+                if value is _UNKEYABLE:
+                    return None
+            key.append(value)
+        return tuple(key)
+
     def _format(self, field: Field, value: Any, where: str) -> str:
         handler = self.format_handlers.get(field.input_variable, _collapse)
         try:
@@ -185,18 +236,19 @@ class Template:
         Unless `is_demo`, the first field after the last filled one is set to "" so the prompt ends
         with that field's name for the LM to continue.
         """
-        record = dict(example)
+        record = example
         if not is_demo:
+            record = dict(example)  # a copy: the field to be filled is set to "" below
             filled = [_has_value(record, key) for key in self.keys]
             for i in range(1, len(filled)):
                 if filled[i - 1] and not any(filled[i:]):
                     record[self.keys[i]] = ""
                     break
-        parts = [
-            f"{field.name}{field.separator}{self._format(field, record[field.input_variable], where)}"
-            for field in self.fields
-            if record.get(field.input_variable) is not None
-        ]
+        parts = []
+        for field in self.fields:
+            value = record.get(field.input_variable)
+            if value is not None:
+                parts.append(field.name + field.separator + self._format(field, value, where))
         joiner = "\n\n" if self.is_long and record.get("augmented") else "\n"
         return joiner.join(parts)
 
@@ -204,22 +256,30 @@ class Template:
         """The "Follow the following format." block: every field holding its own description."""
         if not show_guidelines:
             return ""
-        record = {f.input_variable: f.description for f in self.fields}
-        record["augmented"] = self.is_long
-        return GUIDELINES_HEADER + self.query(record, is_demo=True, where="the guidelines")
+        memo = self._memo()
+        text = memo.get(_GUIDELINES_KEY) if memo is not None else None
+        if text is None:
+            record = {f.input_variable: f.description for f in self.fields}
+            record["augmented"] = self.is_long
+            text = GUIDELINES_HEADER + self.query(record, is_demo=True, where="the guidelines")
+            if memo is not None:
+                memo[_GUIDELINES_KEY] = text
+        return text
 
     def _check_demo(self, i: int, demo: Any) -> None:
-        if not isinstance(demo, Mapping):
+        if not isinstance(demo, dict) and not isinstance(demo, Mapping):  # dict first: the common, fast case
             raise TypeError(f"demo {i} is a {type(demo).__name__}, not an Example or dict: {demo!r:.80}")
-        if not any(key in demo for key in self.keys):
-            raise ValueError(
-                f"demo {i} has none of the template's fields ({', '.join(self.keys)}); "
-                f"its fields are: {', '.join(map(str, demo)) or 'none'}"
-            )
+        for key in self.keys:  # a loop, not any(generator): this runs for every demo of every call
+            if key in demo:
+                return
+        raise ValueError(
+            f"demo {i} has none of the template's fields ({', '.join(self.keys)}); "
+            f"its fields are: {', '.join(map(str, demo)) or 'none'}"
+        )
 
     def __call__(self, example: Mapping[str, Any], show_guidelines: bool = True) -> str:
         """The full prompt for `example`, its `demos` included."""
-        if not isinstance(example, Mapping):
+        if not isinstance(example, dict) and not isinstance(example, Mapping):
             raise TypeError(f"a template renders an Example or dict, not {type(example).__name__}")
         query = Example(example)
         last = self.keys[-1]
@@ -231,14 +291,19 @@ class Template:
             )
         demos = query.get("demos") or []
         raw, augmented = [], []
+        memo = self._memo() if demos else None
+        inputs = self.keys[:-1]
         for i, demo in enumerate(demos):
             self._check_demo(i, demo)
             if demo.get("augmented"):
-                augmented.append(self.query(demo, is_demo=True, where=f"demo {i}"))
+                augmented.append(self._render_demo(demo, memo, i))
             elif demo.get(last) is not None:
-                if not any(demo.get(key) is not None for key in self.keys[:-1]):
-                    raise ValueError(f"demo {i} has {last!r} but none of the inputs {', '.join(self.keys[:-1])}")
-                raw.append(self.query(demo, is_demo=True, where=f"demo {i}"))
+                for key in inputs:
+                    if demo.get(key) is not None:
+                        break
+                else:
+                    raise ValueError(f"demo {i} has {last!r} but none of the inputs {', '.join(inputs)}")
+                raw.append(self._render_demo(demo, memo, i))
         if self.is_long:
             query["augmented"] = True
         rendered_query = self.query(query)
@@ -294,6 +359,33 @@ class Template:
             if not _has_value(example, key) and result.get(key) == field.description:
                 del result[key]
         return result
+
+
+_PURE_FORMATTERS = (passages2text, format_answers, _collapse)
+_GUIDELINES_KEY = ("guidelines",)  # no demo key is a 1-tuple: theirs hold the flag and every field
+_UNKEYABLE = object()
+_PLAIN_SCALARS = (int, float, bool)
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable stand-in for a demo field value, equal only for values that render the same;
+    `_UNKEYABLE` for anything but str, int, float, bool, None and lists/tuples of them (exact types:
+    a subclass may render differently)."""
+    kind = type(value)
+    if kind is str or value is None:
+        return value
+    if kind in _PLAIN_SCALARS:
+        return (kind, value)
+    if kind is list or kind is tuple:
+        items = tuple(value)
+        for item in items:
+            if type(item) is not str:  # the common case (passages, answers) is all text: no copy
+                items = tuple(_frozen(item) for item in items)
+                if _UNKEYABLE in items:
+                    return _UNKEYABLE
+                break
+        return (kind, items)
+    return _UNKEYABLE
 
 
 def _has_value(record: Mapping[str, Any], key: str) -> bool:

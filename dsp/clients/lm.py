@@ -66,6 +66,18 @@ class Usage:
             self.cost += (prompt_tokens * prices[0] + completion_tokens * prices[1]) / 1e6
 
 
+_ATOMIC = frozenset({str, int, float, bool, type(None)})
+
+
+def _copy_request(request: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `request` that `_request` may change without touching the cache key or the history.
+
+    Only container values are copied deeply: strings and numbers cannot change, and a deep copy of a
+    whole request (its long prompt included) would cost more than the rest of a cache-off call.
+    """
+    return {key: value if type(value) in _ATOMIC else copy.deepcopy(value) for key, value in request.items()}
+
+
 class LM:
     """Base class of language-model clients. Subclasses implement `_request`."""
 
@@ -137,7 +149,7 @@ class LM:
         key_request = {"kind": "lm", **self.cache_identity(), "request": request}
 
         def compute() -> dict[str, Any]:
-            response = self._request(copy.deepcopy(request))
+            response = self._request(_copy_request(request))
             self._account(response, cached=False)
             return response
 
