@@ -16,14 +16,11 @@ wall-clock on this machine; nothing here is a pass/fail test.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,30 +28,15 @@ TESTS = ROOT / "tests"
 sys.path[:0] = [str(ROOT), str(TESTS)]
 
 import ray_programs  # noqa: E402
+from slow_lm_server import fetch_stats, spawn  # noqa: E402
 
 import dsp  # noqa: E402
 from dsp.clients.specs import lm_from_spec  # noqa: E402
 
 
-def _start_server(delay: float) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, str(TESTS / "slow_lm_server.py"), "--delay", str(delay)],
-                            stdout=subprocess.PIPE, text=True)
-    url = proc.stdout.readline().strip()
-    if not url.startswith("http"):
-        proc.kill()
-        raise RuntimeError("the loopback LM server did not start")
-    return proc, url
-
-
-def _stats(url: str, reset: bool = False) -> dict:
-    route = "/reset" if reset else "/stats"
-    with urllib.request.urlopen(url.rsplit("/v1", 1)[0] + route, timeout=10) as response:
-        return json.load(response)
-
-
 def _run(url: str, dev: list, backend: str, threads: int, batch_size: int | None = None,
          global_concurrency: int | None = None) -> dict:
-    _stats(url, reset=True)
+    fetch_stats(url, reset=True)
     lm = lm_from_spec(f"openai-compatible:{url},model=slow")
     with tempfile.TemporaryDirectory() as cache, dsp.settings.context(lm=lm, cache_dir=cache):
         started = time.perf_counter()
@@ -62,7 +44,7 @@ def _run(url: str, dev: list, backend: str, threads: int, batch_size: int | None
                               backend=backend, batch_size=batch_size, global_concurrency=global_concurrency,
                               display=False, display_progress=False)
         seconds = time.perf_counter() - started
-    after = _stats(url)
+    after = fetch_stats(url)
     if result.errors:
         raise RuntimeError(f"{len(result.errors)} examples failed: {result.errors[0]['error']}")
     return {"seconds": seconds, "requests": after["requests"], "peak": after["peak"]}
@@ -82,9 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     dev = [dsp.Example(question=f"question {i}", answer="-") for i in range(args.n)]
     per_example = 3 * args.delay
-    server, url = _start_server(args.delay)
     rows = []
-    try:
+    with spawn(args.delay) as url:
         for threads in [int(t) for t in args.threads.split(",") if t]:
             rows.append(("threads", threads, threads, None, _run(url, dev, "threads", threads)))
             print(f"threads x{threads}: {rows[-1][-1]}", file=sys.stderr)
@@ -110,9 +91,6 @@ def main(argv: list[str] | None = None) -> int:
                              _run(url, dev, "ray", threads, threads, args.global_limit)))
                 print(f"ray global {args.global_limit}: {rows[-1][-1]}", file=sys.stderr)
             ray.shutdown()
-    finally:
-        server.kill()
-        server.wait()
 
     header = ["backend", "concurrency", "layout", "batch", "seconds", "ideal s", "ex/s", "ideal ex/s", "achieved",
               "LM req/s", "peak in flight"]

@@ -5,7 +5,7 @@
     .venv/bin/python bench/bench_cache.py --sizes 10000 --lookups 5000
 
 1. Re-run: `dsp.evaluate` of a program making 3 `dsp.generate` calls per example (the intro QA
-   template, through `dsp.OpenAI` to `bench/_loopback_lm.py` answering after --delay, 50 ms) on
+   template, through `dsp.OpenAI` to `tests/slow_lm_server.py` answering after --delay, 50 ms) on
    --n examples at --threads threads. Cold: an empty cache directory, every call reaches the server.
    Warm: the same evaluation again on the same directory, (a) in a new process (every call read from
    disk: a re-run of the same command) and (b) in the process that ran it cold (calls answered by the
@@ -35,9 +35,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import dsp  # noqa: E402  (path set up above)
+from slow_lm_server import fetch_stats, spawn  # noqa: E402  (path set up above)
+
+import dsp  # noqa: E402
 from dsp import cache as dsp_cache  # noqa: E402
 from templates.intro import qa_template  # noqa: E402
 
@@ -81,18 +83,13 @@ def child_evaluate(url: str, cache_dir: str, n: int, threads: int, times: int) -
 
 
 def _server_requests(url: str, reset: bool = False) -> int:
-    import urllib.request
-
-    with urllib.request.urlopen(url.rsplit("/v1", 1)[0] + ("/reset" if reset else "/stats"), timeout=10) as r:
-        return json.load(r)["requests"]
+    """Requests the server answered (since the last reset); with `reset`, zeroes them after reading."""
+    return fetch_stats(url, reset=reset)["requests"]
 
 
 def rerun(n: int, threads: int, delay: float, reps: int) -> None:
-    server = subprocess.Popen([sys.executable, str(ROOT / "bench" / "_loopback_lm.py"), "--delay", str(delay)],
-                              stdout=subprocess.PIPE, text=True)
-    url = server.stdout.readline().strip()
     rows = []
-    try:
+    with spawn(delay, answer="Paris") as url:  # the score must be 100: every answer is "Paris"
         for rep in range(reps):
             with tempfile.TemporaryDirectory(prefix="dsp-bench-cache-") as cache_dir:
                 def child(times: int) -> list[float]:
@@ -113,9 +110,6 @@ def rerun(n: int, threads: int, delay: float, reps: int) -> None:
                 print(f"  rep {rep + 1}: cold {cold:.2f} s ({cold_requests} LM requests), warm new process "
                       f"{warm_new:.3f} s ({warm_requests} requests), warm same process {warm_same:.3f} s, "
                       f"load {load:.2f}", flush=True)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
     med = {k: statistics.median(r[k] for r in rows) for k in ("cold", "warm_new", "warm_same", "load")}
     print(f"\n| run | seconds (median of {reps}) | speed-up vs cold | goal ≥ 20× | load avg |")
     print("|---|---|---|---|---|")

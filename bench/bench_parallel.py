@@ -3,8 +3,9 @@
     .venv/bin/python bench/bench_parallel.py                         # 300 examples, threads 1,4,16,32 (~15 min)
     .venv/bin/python bench/bench_parallel.py --threads 4,16 --reps 1 --n 96
 
-The LM is `bench/_loopback_lm.py`, an OpenAI-compatible server in its own process (ThreadingHTTPServer,
-TCP_NODELAY, one write per response, listen backlog 1024) that answers every request after --delay.
+The LM is `tests/slow_lm_server.py --answer Paris`, an OpenAI-compatible server in its own process
+(ThreadingHTTPServer, TCP_NODELAY, one write per response, listen backlog 1024) that answers every
+request after --delay.
 Each example runs a program of 3 sequential LM calls:
 
 - ours: `dsp.evaluate(program, dev, num_threads=T)` where the program makes 3 `dsp.generate` calls
@@ -29,33 +30,18 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import dsp  # noqa: E402  (path set up above)
+from slow_lm_server import fetch_stats, spawn  # noqa: E402  (path set up above)
+
+import dsp  # noqa: E402
 from templates.intro import qa_template  # noqa: E402
 
 CALLS = 3
-
-
-def start_server(delay: float) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "_loopback_lm.py"), "--delay", str(delay)],
-                            stdout=subprocess.PIPE, text=True)
-    url = proc.stdout.readline().strip()
-    if not url.startswith("http://"):
-        proc.kill()
-        raise RuntimeError("the loopback LM server did not start")
-    return proc, url
-
-
-def server_stats(url: str, reset: bool = False) -> dict[str, int]:
-    route = "/reset" if reset else "/stats"
-    with urllib.request.urlopen(url.rsplit("/v1", 1)[0] + route, timeout=10) as response:
-        return json.load(response)
 
 
 def make_program(calls: int):
@@ -104,11 +90,10 @@ def main() -> None:
     thread_counts = [int(t) for t in args.threads.split(",")]
     use_dspy = not args.skip_dspy and Path(args.dspy_python).exists()
 
-    server, url = start_server(args.delay)
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores; server {url}, delay {args.delay} s; "
-          f"{args.n} examples x {CALLS} calls; load average {os.getloadavg()[0]:.2f}", flush=True)
     figures: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    try:
+    with spawn(args.delay, answer="Paris") as url:  # both sides' programs parse "Paris"
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores; server {url}, delay {args.delay} s; "
+              f"{args.n} examples x {CALLS} calls; load average {os.getloadavg()[0]:.2f}", flush=True)
         for threads in thread_counts:
             reps = 1 if threads == 1 else args.reps
             for rep in range(reps):
@@ -116,19 +101,16 @@ def main() -> None:
                 if rep % 2:
                     sides.reverse()
                 for side in sides:
-                    server_stats(url, reset=True)
+                    fetch_stats(url, reset=True)
                     load = os.getloadavg()[0]
                     result = run_ours(url, args.n, threads) if side == "ours" else \
                         run_dspy(args.dspy_python, url, args.n, threads)
-                    stats = server_stats(url)
+                    stats = fetch_stats(url)
                     result.update(load=load, requests=stats["requests"], peak=stats["peak"])
                     figures.setdefault((side, threads), []).append(result)
                     print(f"  {side:4} threads {threads:2} rep {rep + 1}: {result['seconds']:.2f} s, "
                           f"{stats['requests']} requests, peak in flight {stats['peak']}, score {result['score']:.0f}, "
                           f"load {load:.2f}", flush=True)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
     print("\n| side | threads | seconds (median) | ideal s | LM calls/s | ideal calls/s | achieved / ideal | "
           "peak in flight | requests | load avg | reps |")

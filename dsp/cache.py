@@ -125,7 +125,7 @@ class DiskStore:
         except OSError as error:
             raise OSError(f"cannot create the dsp cache directory {self.directory}: {error}") from None
         # Strings are stored by diskcache as raw TEXT (never pickled); eviction is off so nothing is lost.
-        self._cache = diskcache.Cache(str(self.directory), eviction_policy="none", size_limit=2**62, timeout=60)
+        self._cache = diskcache.Cache(str(self.directory), eviction_policy="none", size_limit=2**62, timeout=60, cull_limit=0)
 
     def get(self, key: str) -> Any:
         text = self._cache.get(key, default=_MISS, retry=True)

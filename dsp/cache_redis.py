@@ -42,17 +42,25 @@ def check_url(url: str) -> None:
                          f"e.g. redis://127.0.0.1:6379/0; got {redact_url(str(url))!r}")
 
 
+def _replace_password(url: str, password: str | None) -> str:
+    """`url` with its password replaced by `password`, or dropped when None (with an empty user too)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    if password is not None:
+        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:{password}@{host}"))
+    user = f"{parts.username}@" if parts.username else ""
+    return urlunsplit(parts._replace(netloc=user + host))
+
+
 def redact_url(url: str) -> str:
     """`url` fit for a message: any password replaced by ``***``.
 
     >>> redact_url("redis://user:secret@cache:6379/2")
     'redis://user:***@cache:6379/2'
     """
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    return _replace_password(url, "***")
 
 
 def strip_password(url: str) -> str:
@@ -61,12 +69,7 @@ def strip_password(url: str) -> str:
     >>> strip_password("redis://:secret@cache:6379/2")
     'redis://cache:6379/2'
     """
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    user = f"{parts.username}@" if parts.username else ""
-    return urlunsplit(parts._replace(netloc=user + host))
+    return _replace_password(url, None)
 
 
 class RedisStore:

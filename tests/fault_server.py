@@ -21,17 +21,16 @@ import json
 import random
 import socket
 import struct
-import sys
 import threading
 import time
 from collections import Counter
 from hashlib import sha256
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FaultServer", "FAULT_KINDS", "expected_text", "prompt_of"]
+from loopback_server import JSONHandler, LoopbackServer, prompt_of
+
+__all__ = ["FAULT_KINDS", "FaultServer", "expected_text"]
 
 FAULT_KINDS = ("429", "500", "503", "slow", "reset", "truncated")
 
@@ -41,56 +40,15 @@ def expected_text(prompt: str, seed: Any = None, index: int = 0) -> str:
     return " " + sha256(f"{prompt}|{seed}|{index}".encode("utf-8")).hexdigest()[:16]
 
 
-def prompt_of(body: dict[str, Any]) -> str:
-    """The prompt of a completions body, or the last message of a chat body."""
-    if "messages" in body:
-        return str(body["messages"][-1]["content"])
-    return str(body.get("prompt", ""))
-
-
 def _canonical(record: dict[str, Any]) -> str:
     return json.dumps(record, sort_keys=True, ensure_ascii=False)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256  # 16+ concurrent clients must not see refused or delayed SYNs
-    owner: "FaultServer"
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that timed out and closed its connection is part of the test, not a server error.
-        if isinstance(sys.exc_info()[1], OSError):
-            return
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, as real API servers do
-    server: _Server
-
-    def setup(self) -> None:
-        # Without TCP_NODELAY, Nagle + delayed ACK add ~40 ms to a response written in pieces.
-        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        super().setup()
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
-        return  # quiet: the tests print their own figures
-
+class _Handler(JSONHandler):
     # -- writing -------------------------------------------------------------------------------------
 
-    def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None, raw: bytes | None = None) -> None:
-        """Status line, headers and body in ONE write (see setup)."""
-        body = raw if raw is not None else json.dumps(payload).encode("utf-8")
-        lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "Content-Type: application/json",
-                 f"Content-Length: {len(body)}"]
-        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
-        try:
-            self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
-        except OSError:  # the client gave up (timeout) and closed the connection: expected for "slow"
-            self.close_connection = True
-
     def _error(self, status: int, message: str, code: str | None = None, headers: dict[str, str] | None = None) -> None:
-        self._send(status, {"error": {"message": message, "type": "test_error", "code": code}}, headers)
+        self.send_json(status, {"error": {"message": message, "type": "test_error", "code": code}}, headers)
 
     def _reset(self) -> None:
         """Close the socket without a response: SO_LINGER 0 makes the close a TCP reset."""
@@ -104,21 +62,20 @@ class _Handler(BaseHTTPRequestHandler):
     # -- routing -------------------------------------------------------------------------------------
 
     def do_GET(self) -> None:
-        if self.path.rstrip("/") == "/v1/models":
-            self._send(200, {"object": "list", "data": [{"id": "fault-model", "object": "model"}]})
+        if self.route == "/v1/models":
+            self.send_json(200, {"object": "list", "data": [{"id": "fault-model", "object": "model"}]})
         else:
             self._error(404, f"no route {self.path}")
 
     def do_POST(self) -> None:
-        owner = self.server.owner
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length)
+        owner: FaultServer = self.server.owner
+        raw = self.read_body()
         try:
             body = json.loads(raw)
         except ValueError:
             self._error(400, "the request body is not JSON")
             return
-        path = self.path.rstrip("/")
+        path = self.route
         if path not in ("/v1/completions", "/v1/chat/completions"):
             self._error(404, f"no route {self.path}")
             return
@@ -140,18 +97,21 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload = owner._answer(path, body, consume=fault is None)
             if fault == "slow":
                 time.sleep(owner.slow_seconds)
-                self._send(status, payload)
+                self.send_json(status, payload)
             elif fault == "truncated":
                 text = json.dumps(payload).encode("utf-8")
-                self._send(200, None, raw=text[: len(text) // 2])
+                self.send_json(200, None, raw=text[: len(text) // 2])
             else:
                 if status == 200:
                     owner._count_ok(body)
-                self._send(status, payload)
+                self.send_json(status, payload)
 
 
-class FaultServer:
+class FaultServer(LoopbackServer):
     """The server; use as a context manager. Counters: `faults` (by kind), `requests`/`ok` (by prompt)."""
+
+    handler = _Handler
+    name = "fault-server"
 
     def __init__(
         self, *, fault_rate: float = 0.0, kinds: tuple[str, ...] = FAULT_KINDS, seed: int = 0,
@@ -161,6 +121,7 @@ class FaultServer:
         unknown = set(kinds) - set(FAULT_KINDS)
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {FAULT_KINDS}")
+        super().__init__()
         self.fault_rate = fault_rate
         self.kinds = tuple(kinds)
         self.seed = seed
@@ -182,42 +143,6 @@ class FaultServer:
                     record = json.loads(line)
                     choices = record.pop("choices")
                     self._recorded.setdefault(_canonical(record), []).append(choices)
-        self._httpd: _Server | None = None
-        self._url: str | None = None
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle -------------------------------------------------------------------------------------
-
-    def start(self) -> "FaultServer":
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
-        self._httpd.owner = self
-        self._url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fault-server", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> "FaultServer":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        """The base URL (stays readable after `stop`, for messages that name it)."""
-        if self._url is None:
-            raise RuntimeError("the fault server was never started")
-        return self._url
 
     # -- decisions (called from handler threads) -------------------------------------------------------
 
