@@ -118,3 +118,31 @@ def test_conversational_programs_run_on_a_conversation():
             result = dsp.evaluate(runner, turns, inputs=None, display=False, display_progress=False)
             assert result.score == 100.0, name
     assert "User: q1?\nAssistant: Paris" in lm.history[-1]["prompt"]
+
+
+def test_recall_rewrites_show_gold_titles_of_training_questions_only():
+    from programs import recall
+
+    train = [dsp.Example(question=f"train question {i}?", answer=["a"],
+                         gold_passage={"title": f"Article {i}", "text": "t"}) for i in range(8)]
+    lm = ScriptedLM(lambda prompt, request: [" the article\nSearch Query: Paris capital"] * request.get("n", 1))
+    with dsp.settings.context(lm=lm):
+        queries = recall.rewrites_for("what is the capital of france?", train, n=3)
+    assert queries[-1] == "what is the capital of france?" and len(queries) == 4
+    assert all(q == "Paris capital" for q in queries[:3])
+    prompt = lm.prompts[-1]
+    shown = re.findall(r"Search Query: (Article \d) (train question \d\?)", prompt)
+    assert len(shown) == 4 and all(title[-1] == q[-2] for title, q in shown)  # each demo names its own article
+    assert "we first need to find out the Wikipedia article on Article" in prompt
+
+
+def test_recall_at_counts_the_gold_within_k_and_gold_ids_needs_every_gold_in_the_corpus():
+    from programs import recall
+
+    ranked = [["a", "b", "c"], ["x", "y", "g"], ["q"] * 20]
+    assert recall.recall_at(ranked, ["a", "g", "z"]) == {"R@1": 1 / 3, "R@5": 2 / 3, "R@20": 2 / 3}
+    corpus = [{"id": "p1", "title": "T", "text": "x"}]
+    questions = [dsp.Example(question="q", gold_passage={"title": "T", "text": "x"})]
+    assert recall.gold_ids(questions, corpus) == ["p1"]
+    with pytest.raises(ValueError, match="1 gold passages are not in the corpus"):
+        recall.gold_ids(questions + [dsp.Example(question="r", gold_passage={"title": "U", "text": "y"})], corpus)
