@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import dsp
-from programs.self_ask import self_ask
+from programs.self_ask import self_ask_program
 from templates.qa import hop, qa, qa_with_context, qa_with_cot, rewrite
 
 __all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "greedy_search", "PROGRAMS"]
@@ -28,10 +28,6 @@ def retrieve_then_read(question: str, train: list[dsp.Example], k: int = 2, n_de
     x = dsp.Example(question=question, demos=dsp.sample(train, k=n_demos), context=dsp.retrieve(question, k=k))
     _, completions = dsp.generate(qa_with_context, stop="auto")(x, stage="qa")
     return dsp.Example(question=question, answer=completions.answer, context=x.context)
-
-
-def self_ask_program(question: str, train: list[dsp.Example], k: int = 1) -> dsp.Example:
-    return self_ask(question, k=k)
 
 
 @dsp.transformation

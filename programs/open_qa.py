@@ -15,7 +15,7 @@ retrieves), over whatever LM and RM `dsp.settings` holds.
 from __future__ import annotations
 
 import dsp
-from programs.self_ask import self_ask
+from programs.self_ask import self_ask_program
 from templates.qa import qa, qa_with_context, qa_with_cot
 
 __all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "PROGRAMS", "PRESETS"]
@@ -37,10 +37,6 @@ def retrieve_then_read(question: str, train: list[dsp.Example], k: int = 1, n_de
     x = dsp.Example(question=question, demos=demos, context=dsp.retrieve(question, k=k))
     _, completions = dsp.generate(qa_with_context, stop="auto")(x, stage="qa")
     return dsp.Example(question=question, answer=completions.answer, context=x.context)
-
-
-def self_ask_program(question: str, train: list[dsp.Example], k: int = 1) -> dsp.Example:
-    return self_ask(question, k=k)
 
 
 def _annotation_attempt(pool: list[dsp.Example], k: int, n_raw: int, template: dsp.Template, label: str):

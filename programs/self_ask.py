@@ -14,22 +14,27 @@ from __future__ import annotations
 import dsp
 from templates.qa import SELF_ASK_DEMOS, SELF_ASK_INSTRUCTIONS, qa_with_context
 
-__all__ = ["self_ask"]
+__all__ = ["self_ask", "self_ask_program"]
 
 FOLLOW_UP = "Follow up:"
 INTERMEDIATE = "Intermediate answer:"
 FINAL = "So the final answer is:"
 
 
-def _intermediate_answer(follow_up: str, k: int) -> tuple[str, list[str]]:
+def _intermediate_answer(follow_up: str, k: int, demos: list[dsp.Example]) -> tuple[str, list[str]]:
     passages = dsp.retrieve(follow_up, k=k)
-    x = dsp.Example(question=follow_up, context=passages, demos=[])
-    _, completions = dsp.generate(qa_with_context, max_tokens=40, stop=["\n"])(x, stage="self_ask_ia")
+    x = dsp.Example(question=follow_up, context=passages, demos=demos)
+    _, completions = dsp.generate(qa_with_context, max_tokens=40, stop="auto")(x, stage="self_ask_ia")
     return completions.answer.strip() or "unknown", passages
 
 
-def self_ask(question: str, k: int = 1, max_follow_ups: int = 3, max_tokens: int = 64) -> dsp.Example:
-    """Answer `question` by self-ask; returns an Example with `answer`, `follow_ups` and `context`."""
+def self_ask(question: str, k: int = 1, max_follow_ups: int = 3, max_tokens: int = 64,
+             demos: list[dsp.Example] | None = None) -> dsp.Example:
+    """Answer `question` by self-ask; returns an Example with `answer`, `follow_ups` and `context`.
+
+    `demos` are the question/context/answer demonstrations of the step that answers each follow-up
+    from the retrieved passages (the reader of retrieve-then-read; a small model answers nothing
+    zero-shot: with no demos and a stop at the first newline it wrote nothing)."""
     lm = dsp.settings.lm
     if lm is None:
         raise RuntimeError("self_ask needs an LM: dsp.settings.configure(lm=...)")
@@ -45,10 +50,17 @@ def self_ask(question: str, k: int = 1, max_follow_ups: int = 3, max_tokens: int
         follow_up = text.rsplit(FOLLOW_UP, 1)[1].strip().split("\n")[0] if FOLLOW_UP in text else ""
         if not follow_up or len(follow_ups) == max_follow_ups:
             break
-        answer, passages = _intermediate_answer(follow_up, k)
+        answer, passages = _intermediate_answer(follow_up, k, demos or [])
         follow_ups.append({"question": follow_up, "answer": answer})
         context.extend(p for p in passages if p not in context)
         prompt = prompt.rstrip() + f"\n{INTERMEDIATE} {answer}\n"
     # No final answer written: ask for it explicitly, greedily.
     tail = lm(prompt.rstrip() + f"\n{FINAL}", max_tokens=max_tokens, temperature=0.0, stop=["\n"])[0]
     return dsp.Example(question=question, answer=tail.strip(), follow_ups=follow_ups, context=context)
+
+
+def self_ask_program(question: str, train: list[dsp.Example], k: int = 1, n_demos: int = 5) -> dsp.Example:
+    """Self-ask as a bundled program: its follow-ups are answered by the retrieve-then-read reader
+    (demos sampled from `train`, each shown with its own top-k passages, as in retrieve-then-read)."""
+    demos = [d.copy(context=dsp.retrieve(d.question, k=k)) for d in dsp.sample(train, k=n_demos)]
+    return self_ask(question, k=k, demos=demos)

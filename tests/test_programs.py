@@ -146,3 +146,21 @@ def test_recall_at_counts_the_gold_within_k_and_gold_ids_needs_every_gold_in_the
     assert recall.gold_ids(questions, corpus) == ["p1"]
     with pytest.raises(ValueError, match="1 gold passages are not in the corpus"):
         recall.gold_ids(questions + [dsp.Example(question="r", gold_passage={"title": "U", "text": "y"})], corpus)
+
+
+def test_self_ask_answers_each_follow_up_with_the_retrieve_then_read_reader_and_its_demos():
+    def respond_self_ask(prompt, request):
+        if prompt.endswith("needed here:"):
+            return [" Yes.\nFollow up: Which city is the capital of France?"]
+        if prompt.endswith("Answer:"):  # the reader answering a follow-up from its passage
+            return [" Paris"]
+        return [" So the final answer is: Paris"]
+
+    lm = ScriptedLM(respond_self_ask)
+    with dsp.settings.context(lm=lm, rm=ListRM(RM), cache=False):
+        out = open_qa.self_ask_program("What is the capital of France?", TRAIN, n_demos=3)
+    assert out.answer == "Paris" and out.follow_ups == [{"question": "Which city is the capital of France?",
+                                                         "answer": "Paris"}]
+    reader = [p for p in lm.prompts if p.endswith("Answer:")]
+    assert len(reader) == 1 and reader[0].count("Question: train question") == 3  # the demos are shown
+    assert reader[0].rstrip().endswith("Question: Which city is the capital of France?\n\nAnswer:")
