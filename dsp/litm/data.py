@@ -32,7 +32,7 @@ import os
 import random
 import uuid
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..datasets.jsonl import DataFileError, read_jsonl
 from ..metrics import has_answer
@@ -57,6 +57,15 @@ def _answers(value: Any, where: str) -> list[str]:
     return value
 
 
+def _records(path: str | os.PathLike, limit: int | None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The first `limit` records of a JSONL file, each with "<path>, line N" for error messages."""
+    _check_limit(limit)
+    for count, (number, record) in enumerate(read_jsonl(path)):
+        if limit is not None and count >= limit:
+            return
+        yield f"{path}, line {number}", record
+
+
 def read_qa_records(path: str | os.PathLike, limit: int | None = None) -> list[dict[str, Any]]:
     """The QA records of a Lost in the Middle file (the oracle file, the paper's N-document files or
     ours), validated: question, answers and ctxs that are valid `Document`s. Errors name file and line.
@@ -65,12 +74,8 @@ def read_qa_records(path: str | os.PathLike, limit: int | None = None) -> list[d
     >>> records[0]["question"]                                                          # doctest: +SKIP
     'who got the first nobel prize in physics'
     """
-    _check_limit(limit)
     out = []
-    for number, record in read_jsonl(path):
-        if limit is not None and len(out) >= limit:
-            break
-        where = f"{path}, line {number}"
+    for where, record in _records(path, limit):
         question = record.get("question")
         if not isinstance(question, str) or not question.strip():
             raise DataFileError(f"{where}: 'question' must be non-empty text, got {question!r:.80}")
@@ -93,12 +98,8 @@ def read_kv_records(path: str | os.PathLike, limit: int | None = None) -> list[d
     >>> read_kv_records(data_path("litm/kv-retrieval-75_keys.jsonl.gz"), limit=1)[0]["key"]   # doctest: +SKIP
     '...'
     """
-    _check_limit(limit)
     out = []
-    for number, record in read_jsonl(path):
-        if limit is not None and len(out) >= limit:
-            break
-        where = f"{path}, line {number}"
+    for where, record in _records(path, limit):
         pairs = record.get("ordered_kv_records")
         if (not isinstance(pairs, list) or len(pairs) < 2
                 or not all(isinstance(p, list) and len(p) == 2 and all(isinstance(s, str) for s in p) for p in pairs)):
