@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from hashlib import sha256
@@ -38,7 +39,7 @@ from ..datasets.corpus import (
 )
 from .rm import RM
 
-__all__ = ["ColBERTLocal", "INDEX_FORMAT", "COLBERT_INSTALL_HINT"]
+__all__ = ["ColBERTLocal", "INDEX_FORMAT", "COLBERT_INSTALL_HINT", "check_extension_locks"]
 
 log = logging.getLogger("dsp.colbert")
 
@@ -59,10 +60,51 @@ def _colbert() -> Any:
     return colbert
 
 
+# colbert-ai's C++ extensions, which torch compiles on first use under a lock file in its build cache.
+_EXTENSIONS = ("decompress_residuals_cpp", "filter_pids_cpp", "packbits_cpp", "segmented_lookup_cpp",
+               "segmented_maxsim_cpp")
+STALE_BUILD_SECONDS = 600  # a build here takes under a minute; a lock older than this with no activity is stale
+
+
+def _extension_build_root() -> Path:
+    """Where torch builds C++ extensions: TORCH_EXTENSIONS_DIR, else its default cache directory."""
+    configured = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if configured:
+        return Path(configured)
+    from torch.utils.cpp_extension import get_default_build_root
+    return Path(get_default_build_root())
+
+
+def check_extension_locks(root: Path | None = None, *, now: float | None = None) -> None:
+    """Refuse to wait on a build lock that a killed build left behind: torch would wait on it forever.
+
+    A lock counts as stale when neither it nor anything else in its extension's build directory has
+    changed for `STALE_BUILD_SECONDS`. The error names the file; deleting it is the fix.
+
+    >>> check_extension_locks(Path("/nonexistent"))  # nothing built yet: nothing to refuse
+    """
+    root = _extension_build_root() if root is None else Path(root)
+    now = time.time() if now is None else now
+    for name in _EXTENSIONS:
+        # TORCH_EXTENSIONS_DIR holds the extension folders directly; the default root adds a py311_cpu level.
+        for lock in [root / name / "lock", *root.glob(f"*/{name}/lock")]:
+            try:
+                last_change = max([lock.stat().st_mtime, *(entry.stat().st_mtime for entry in lock.parent.iterdir())])
+            except FileNotFoundError:
+                continue  # no lock, or released while we looked
+            if now - last_change > STALE_BUILD_SECONDS:
+                minutes = (now - last_change) / 60
+                raise RuntimeError(f"{lock}: torch's build lock for colbert-ai's {name} extension has not "
+                                   f"changed for {minutes:.0f} minutes; a build that was killed left it, and "
+                                   "torch would wait on it forever. Delete the file if no other process is "
+                                   "building it.")
+
+
 @contextmanager
 def _run_context(index_root: Path) -> Iterator[None]:
     """colbert-ai's run context: one process, no fork, and any run files kept inside the index directory."""
     infra = _colbert().infra
+    check_extension_locks()
     config = infra.RunConfig(nranks=1, avoid_fork_if_possible=True, index_root=str(index_root),
                              root=str(index_root / "colbert-run"), experiment="dsp")
     with infra.Run().context(config):
