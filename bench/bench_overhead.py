@@ -14,7 +14,9 @@ The LMs answer at once with a canned completion that both sides parse ("Paris"):
 subclass whose `_request` returns it (cache, history, usage accounting all run); DSPy's is a
 `dspy.LM` with a custom no-network engine (`bench/_dspy_side.py`), so DSPy's LM layer and cache run
 as for a real provider. Cache modes: `off` (no cache), `cold` (an empty cache: every call misses and
-is written), `warm` (every call hits, after a cold pass). Every repetition uses a fresh cache directory.
+is written), `warm` (every call hits, after a cold pass), and `cold-deferred` (ours cold with
+`cache_write="deferred"`, its final commit timed; DSPy runs its ordinary cold pass there). Every
+repetition uses a fresh cache directory.
 
 Each side is a long-lived child process: ours (this script with `--side`), DSPy in its own venv
 (`python3 -m venv .venv-dspy && .venv-dspy/bin/pip install dspy`), and with `--baseline-root DIR`
@@ -106,14 +108,21 @@ def ours_repetition(data: dict[str, Any], kind: str, cache: str, cache_dir: str)
             answer = completions.answer
         return answer
 
-    with dsp.settings.context(lm=lm, cache=cache != "off", cache_dir=cache_dir):
+    write = "deferred" if cache == "cold-deferred" else "durable"
+    with dsp.settings.context(lm=lm, cache=cache != "off", cache_dir=cache_dir, cache_write=write):
         if cache == "warm":
             run()
         started, cpu = time.perf_counter(), time.process_time()
         answer = run()
+        dsp.cache.flush()  # timed: in the deferred mode the commits are part of the cost
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     if answer != "Paris":
         raise RuntimeError(f"ours parsed {answer!r}, expected 'Paris'")
+    if cache.startswith("cold"):
+        with dsp.settings.context(cache_dir=cache_dir):
+            stored = len(dsp.cache.get_store())
+        if stored != len(data["questions"]):
+            raise RuntimeError(f"ours: {stored} entries stored in mode {cache}, expected {len(data['questions'])}")
     hits = lm.usage.cached_requests
     expected_hits = len(data["questions"]) if cache == "warm" else 0
     if hits != expected_hits:
@@ -153,6 +162,8 @@ class Side:
         return line
 
     def run(self, kind: str, cache: str) -> dict[str, Any]:
+        if self.name == "dspy" and cache == "cold-deferred":
+            cache = "cold"  # DSPy has no such mode: its cold cache is the anchor
         self.proc.stdin.write(f"{kind} {cache}\n")
         self.proc.stdin.flush()
         return json.loads(self._line())
@@ -169,7 +180,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--kinds", default="predict,cot")
-    parser.add_argument("--caches", default="off,cold,warm")
+    parser.add_argument("--caches", default="off,cold,cold-deferred,warm")
     parser.add_argument("--dspy-python", default=str(ROOT / ".venv-dspy" / "bin" / "python"))
     parser.add_argument("--json", help="also write the raw figures to this file")
     parser.add_argument("--baseline-root", help="also measure ours from this checkout (before/after)")

@@ -15,10 +15,12 @@ True
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
 import threading
+import time
 from hashlib import sha256
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
@@ -27,8 +29,8 @@ import diskcache
 
 from .settings import settings
 
-__all__ = ["CACHE_FORMAT_VERSION", "request_key", "cache_enabled", "cache_dir", "cache_url", "cached_call", "get_store",
-           "encode_value", "Store", "DiskStore"]
+__all__ = ["CACHE_FORMAT_VERSION", "request_key", "cache_enabled", "cache_dir", "cache_url", "cache_write_mode",
+           "cached_call", "flush", "get_store", "encode_value", "Store", "DiskStore"]
 
 CACHE_FORMAT_VERSION = 1
 # Never part of a key: a request that carries one of these is a bug in the client that built it.
@@ -57,6 +59,10 @@ def _check_no_secrets(value: Any, path: str = "request") -> None:
 def request_key(request: Mapping[str, Any]) -> str:
     """The cache key of a request: SHA-256 of its canonical JSON (sorted keys; 0 and 0.0 differ)."""
     _check_no_secrets(request)
+    return _hash_request(request)
+
+
+def _hash_request(request: Mapping[str, Any]) -> str:
     canonical = _KEY_ENCODER.encode({"dsp_cache_format": CACHE_FORMAT_VERSION, "request": request})
     return sha256(canonical.encode("utf-8")).hexdigest()
 
@@ -85,6 +91,25 @@ def cache_url() -> str | None:
     return os.environ.get("DSP_CACHE_URL", "").strip() or None
 
 
+WRITE_MODES = ("durable", "deferred")
+
+
+def cache_write_mode() -> str:
+    """"durable" or "deferred": `settings.cache_write`, else $DSP_CACHE_WRITE, else "durable".
+
+    >>> with settings.context(cache_write="deferred"):
+    ...     cache_write_mode()
+    'deferred'
+    """
+    mode = settings.cache_write
+    source = "dsp.settings.cache_write"
+    if mode is None:
+        mode, source = os.environ.get("DSP_CACHE_WRITE", "").strip().lower() or "durable", "$DSP_CACHE_WRITE"
+    if mode not in WRITE_MODES:
+        raise ValueError(f"{source} is {mode!r}; it must be one of {', '.join(WRITE_MODES)}")
+    return mode
+
+
 def cache_dir() -> Path:
     """`settings.cache_dir`, else $DSP_CACHEDIR, else $XDG_CACHE_HOME/dsp (~/.cache/dsp)."""
     chosen = settings.cache_dir or os.environ.get("DSP_CACHEDIR")
@@ -110,9 +135,37 @@ class Store(Protocol):
 
     def add(self, key: str, value: Any) -> Any: ...
 
+    def add_text(self, key: str, text: str) -> str: ...
+
+    def add_many(self, texts: Mapping[str, str]) -> None: ...
+
     def __len__(self) -> int: ...
 
     def close(self) -> None: ...
+
+
+def _readable(stored: Any, text: str) -> str:
+    """The text another writer stored first, or ours when theirs is gone or unreadable (a lost race only)."""
+    if isinstance(stored, bytes):
+        try:
+            stored = stored.decode("utf-8")
+        except UnicodeDecodeError:
+            return text
+    if not isinstance(stored, str):
+        return text
+    try:
+        json.loads(stored)
+    except ValueError:
+        return text
+    return stored
+
+
+# diskcache's Cache table (stable since diskcache 3) and the row its `add` writes for a short string
+# key and value: raw key, no expiry or tag, size 0, mode MODE_RAW (1), the text inline.
+_DISKCACHE_COLUMNS = ("rowid", "key", "raw", "store_time", "expire_time", "access_time", "access_count", "tag",
+                      "size", "mode", "filename", "value")
+_BATCH_INSERT = ("INSERT OR IGNORE INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, "
+                 "size, mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, 0, 1, NULL, ?)")
 
 
 class DiskStore:
@@ -126,6 +179,8 @@ class DiskStore:
             raise OSError(f"cannot create the dsp cache directory {self.directory}: {error}") from None
         # Strings are stored by diskcache as raw TEXT (never pickled); eviction is off so nothing is lost.
         self._cache = diskcache.Cache(str(self.directory), eviction_policy="none", size_limit=2**62, timeout=60, cull_limit=0)
+        columns = tuple(row[1] for row in self._cache._sql("PRAGMA table_info(Cache)").fetchall())
+        self._batch_insert = columns == _DISKCACHE_COLUMNS and diskcache.core.MODE_RAW == 1
 
     def get(self, key: str) -> Any:
         text = self._cache.get(key, default=_MISS, retry=True)
@@ -140,11 +195,33 @@ class DiskStore:
 
     def add(self, key: str, value: Any) -> Any:
         """Store `value` unless another writer got there first; return whichever value is stored."""
-        text = encode_value(value)
+        # callers see exactly what a later cache hit will return
+        return json.loads(self.add_text(key, encode_value(value)))
+
+    def add_text(self, key: str, text: str) -> str:
+        """`add` for a value already encoded by `encode_value`; returns the stored text."""
         if self._cache.add(key, text, retry=True):
-            return json.loads(text)  # callers see exactly what a later cache hit will return
-        stored = self.get(key)
-        return value if stored is _MISS else stored
+            return text
+        return _readable(self._cache.get(key, default=None, retry=True), text)
+
+    def add_many(self, texts: Mapping[str, str]) -> None:
+        """Store encoded values set-if-absent in one transaction (one commit for the whole batch).
+
+        Short values go in with one INSERT OR IGNORE statement, the rows diskcache's own `add` writes
+        for a short string (its unique (key, raw) index makes it set-if-absent); per-entry `add`
+        costs three times as much. Long ones (diskcache keeps them in files) and a table whose schema
+        is not the one this was checked against take diskcache's `add`.
+        """
+        limit = self._cache.disk_min_file_size if self._batch_insert else -1
+        short = [(key, text) for key, text in texts.items() if len(text) < limit]
+        with self._cache.transact(retry=True):
+            if short:
+                now = time.time()
+                self._cache._con.executemany(_BATCH_INSERT, [(key, now, now, text) for key, text in short])
+            if len(short) < len(texts):
+                for key, text in texts.items():
+                    if len(text) >= limit:
+                        self._cache.add(key, text, retry=True)
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -294,6 +371,83 @@ def _freeze(value: Any, chars: list[int]) -> Any:
     return _UNFROZEN
 
 
+# -- deferred writes --------------------------------------------------------------------------------
+
+DEFERRED_BATCH = 512  # pending entries that trigger a commit
+DEFERRED_SECONDS = 2.0  # the oldest pending entry is committed at the next call after this long
+
+
+class _Pending:
+    """New entries of one store that this process has not committed yet (the "deferred" write mode).
+
+    A commit costs one SQLite transaction (or one Redis round trip) per batch instead of one per entry.
+    Entries are committed when `DEFERRED_BATCH` are pending, at the first call `DEFERRED_SECONDS` after
+    the oldest, by `flush()` (which `dsp.evaluate` calls before recording each example, so a recorded
+    row's calls are always stored), and at interpreter exit. What a process killed before then had
+    pending is lost, and is recomputed by the next run; two processes racing on one request may each
+    keep their own sample (the store keeps the first committed). Hence opt-in.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.pid = os.getpid()  # a forked child never commits its parent's entries over inherited connections
+        self.texts: dict[str, str] = {}
+        self.since = 0.0
+        self.lock = threading.Lock()
+
+    def get(self, key: str) -> Any:
+        text = self.texts.get(key)
+        return _MISS if text is None else json.loads(text)
+
+    def add_text(self, key: str, text: str) -> str:
+        """Hold an encoded value for commit unless an earlier one is pending; return the text kept."""
+        with self.lock:
+            text = self.texts.setdefault(key, text)
+            if len(self.texts) == 1:
+                self.since = time.monotonic()
+            due = len(self.texts) >= DEFERRED_BATCH or time.monotonic() - self.since >= DEFERRED_SECONDS
+        if due:
+            self.flush()
+        return text
+
+    def flush(self) -> int:
+        """Commit what is pending; returns how many entries were committed."""
+        with self.lock:
+            if not self.texts or self.pid != os.getpid():
+                return 0
+            self.store.add_many(self.texts)
+            count = len(self.texts)
+            self.texts = {}  # only once committed: a reader always finds an entry here or in the store
+            return count
+
+
+_pending: dict[int, tuple[Any, _Pending]] = {}
+
+
+def _pending_of(store: Any) -> _Pending:
+    entry = _pending.get(id(store))
+    if entry is None or entry[0] is not store:
+        with _stores_lock:
+            entry = _pending.get(id(store))
+            if entry is None or entry[0] is not store:
+                entry = _pending[id(store)] = (store, _Pending(store))
+    return entry[1]
+
+
+def flush() -> int:
+    """Commit every entry this process holds back in the "deferred" write mode; returns the count.
+
+    A no-op in the default "durable" mode, where nothing is ever pending.
+
+    >>> flush()
+    0
+    """
+    return sum(pending.flush() for _, pending in list(_pending.values()))
+
+
+atexit.register(flush)
+
+
 def cached_call(request: Mapping[str, Any], compute: Callable[[], Any]) -> tuple[Any, bool]:
     """`compute()`'s result for `request`, from the cache when present. Returns (value, was_cached).
 
@@ -310,13 +464,20 @@ def cached_call(request: Mapping[str, Any], compute: Callable[[], Any]) -> tuple
         text = memory.get(frozen)
         if text is not None:
             return json.loads(text), True
-    key = request_key(request)
+    # A frozen request has already been checked for credentials (`_freeze` refuses them).
+    key = _hash_request(request) if frozen is not _UNFROZEN else request_key(request)
     if store is None:
         store = get_store()  # after request_key, which refuses a bad request before a store is opened
-    value = store.get(key)
-    cached = value is not _MISS
-    if not cached:
-        value = store.add(key, compute())
+    pending = _pending_of(store) if cache_write_mode() == "deferred" else None
+    value = _MISS if pending is None else pending.get(key)
+    if value is _MISS:
+        value = store.get(key)
+    if value is not _MISS:
+        if memory is not None:
+            memory.put(frozen, chars[0], encode_value(value))
+        return value, True
+    text = encode_value(compute())
+    text = store.add_text(key, text) if pending is None else pending.add_text(key, text)
     if memory is not None:
-        memory.put(frozen, chars[0], encode_value(value))
-    return value, cached
+        memory.put(frozen, chars[0], text)
+    return json.loads(text), False  # exactly what a later cache hit will return

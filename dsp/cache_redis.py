@@ -20,10 +20,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any
+from typing import Any, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
-from .cache import _MISS, CACHE_FORMAT_VERSION, encode_value
+from .cache import _MISS, CACHE_FORMAT_VERSION, _readable, encode_value
 
 __all__ = ["RedisStore", "KEY_PREFIX", "check_url", "redact_url", "strip_password"]
 
@@ -109,12 +109,22 @@ class RedisStore:
 
     def add(self, key: str, value: Any) -> Any:
         """Store `value` unless another writer got there first; return whichever value is stored."""
-        text = encode_value(value)
+        # callers see exactly what a later cache hit will return
+        return json.loads(self.add_text(key, encode_value(value)))
+
+    def add_text(self, key: str, text: str) -> str:
+        """`add` for a value already encoded by `encode_value`; returns the stored text."""
         # SET NX is atomic on the server: of racing writers exactly one stores its value.
         if self._redis.set(self.prefix + key, text.encode("utf-8"), nx=True):
-            return json.loads(text)  # callers see exactly what a later cache hit will return
-        stored = self.get(key)
-        return value if stored is _MISS else stored
+            return text
+        return _readable(self._redis.get(self.prefix + key), text)
+
+    def add_many(self, texts: Mapping[str, str]) -> None:
+        """Store encoded values set-if-absent in one round trip (a pipeline of SET NX)."""
+        pipe = self._redis.pipeline(transaction=False)
+        for key, text in texts.items():
+            pipe.set(self.prefix + key, text.encode("utf-8"), nx=True)
+        pipe.execute()
 
     def __len__(self) -> int:
         # SCAN, not KEYS: it never blocks a shared server; a count is for inspection and tests.

@@ -33,6 +33,7 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from .cache import flush as flush_cache
 from .clients.lm import Usage
 from .example import Example
 from .metrics import EM
@@ -290,6 +291,7 @@ def evaluate(
                 setattr(total_usage, key, getattr(total_usage, key) + int(usage.get(key) or 0))
             total_usage.cost += float(usage.get("cost") or 0.0)
             if path is not None:
+                flush_cache()  # in the "deferred" write mode: a recorded row's LM and RM calls are stored first
                 with path.open("a", encoding="utf-8") as f:
                     f.write(json.dumps(row, ensure_ascii=False) + "\n")
                     f.flush()

@@ -32,6 +32,9 @@ SETTINGS_KEYS: Mapping[str, str] = MappingProxyType({
     "cache_dir": "where the disk cache lives (default: $DSP_CACHEDIR or the user cache dir)",
     "cache_url": "redis://host:port/db: keep the cache in Redis, shared by every process and machine "
                  "(default: $DSP_CACHE_URL unless cache_dir is set; unset = the disk cache)",
+    "cache_write": '"durable" (default: every new entry is committed before the call returns) or "deferred" '
+                   "(entries are batched and committed at most a few seconds later, at each dsp.evaluate row "
+                   "and at exit: faster bulk runs; default: $DSP_CACHE_WRITE or durable)",
     "branch_idx": "seed of dsp.sample and of branch-specific LM sampling",
     "lm_overrides": "dict of generation parameters forced on every generate call (dsp.branch sets it)",
     "trace": "a list that records every generate stage when set (dsp.evaluate sets one per example)",

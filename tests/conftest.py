@@ -25,6 +25,7 @@ def isolated_settings(tmp_path, monkeypatch):
     """Every test gets its own cache directory and leaves dsp.settings as it found them."""
     monkeypatch.setenv("DSP_CACHEDIR", str(tmp_path / "dsp-cache"))
     monkeypatch.delenv("DSP_CACHE", raising=False)
+    monkeypatch.delenv("DSP_CACHE_WRITE", raising=False)
     monkeypatch.delenv("DSP_CACHE_URL", raising=False)  # a developer's shared Redis must not get test traffic
     base = dict(dsp.settings._base)
     yield

@@ -77,7 +77,9 @@ def test_ray_and_threads_agree_on_the_five_intro_programs(data_dir, tmp_path, ra
     for backend in ("threads", "ray"):
         lm = lm_from_spec(f"replay:{d / 'dsp_v1_intro_lm.jsonl'}")
         rm = rm_from_spec(f"replay:{d / 'dsp_v1_intro_rm.jsonl'}")
-        with dsp.settings.context(lm=lm, rm=rm, cache_dir=str(tmp_path / f"cache-{backend}")):
+        # Ray's side also defers its cache writes: its workers must commit them before returning their rows.
+        write = "deferred" if backend == "ray" else "durable"
+        with dsp.settings.context(lm=lm, rm=rm, cache_dir=str(tmp_path / f"cache-{backend}"), cache_write=write):
             results[backend] = [
                 dsp.evaluate(partial(program, train=train), dev, num_threads=4, backend=backend, batch_size=3,
                              out=tmp_path / f"{name}-{backend}.jsonl", display_progress=False, display=False)
@@ -89,6 +91,8 @@ def test_ray_and_threads_agree_on_the_five_intro_programs(data_dir, tmp_path, ra
     rows = _jsonl(tmp_path / "multihop_QA_v2-ray.jsonl")
     assert sorted(r["index"] for r in rows) == list(range(13)) and all(r["error"] is None for r in rows)
     assert sum(r["usage"]["requests"] + r["usage"]["cached_requests"] for r in rows) == 12 * 13
+    stored = {backend: len(dsp.cache.get_store(tmp_path / f"cache-{backend}")) for backend in ("threads", "ray")}
+    assert stored["ray"] == stored["threads"] > 0, stored  # the workers committed every deferred entry
 
 
 # ~4 min on an idle 2-core machine; Ray's workers run at lower priority, so a busy machine starves them.

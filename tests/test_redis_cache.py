@@ -155,3 +155,18 @@ def test_four_processes_racing_write_each_entry_once(redis_url):
         assert all(own_ok for _, own_ok in rows)
         # whoever won a shared key's race, every racer in every process got the winner's value
         assert all(a == stored[a["value"]] for a, _ in rows)
+
+
+def test_deferred_writes_reach_redis_in_one_pipeline_at_flush(redis_url):
+    with dsp.settings.context(cache_url=redis_url, cache_write="deferred"):
+        store = cache.get_store()
+        before = len(store)
+        for i in range(20):
+            assert cache.cached_call({"deferred": i}, lambda: {"i": i}) == ({"i": i}, False)
+        assert len(store) == before  # held back
+        assert cache.flush() == 20
+        assert len(store) == before + 20
+    key = cache.request_key({"deferred": 3})
+    assert _raw(redis_url, key) == b'{"i":3}'
+    with dsp.settings.context(cache_url=redis_url):  # another reader sees them as ordinary entries
+        assert cache.cached_call({"deferred": 3}, lambda: pytest.fail("recomputed")) == ({"i": 3}, True)

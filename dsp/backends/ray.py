@@ -14,7 +14,8 @@ What travels to a worker, and what does not:
 - The LM and RM as their text specs (`client.spec`, set by `dsp.clients.specs.lm_from_spec` /
   `rm_from_spec`); each worker process rebuilds each spec once and reuses it for later tasks. A client
   without a spec is an error that names it. API keys come from the workers' own environment.
-- The cache choice (`cache`, the Redis URL without its password, or an explicit cache directory),
+- The cache choice (`cache`, the Redis URL without its password, or an explicit cache directory, and the
+  write mode `cache_write`: a worker commits "deferred" entries before its batch returns),
   `branch_idx`, `lm_overrides` and $DSP_DATA_DIR / $DSP_MODEL_DIR (a worker's own values win).
 
 Fault tolerance: a task whose worker process or node dies is retried by Ray (`max_retries`); the
@@ -50,7 +51,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from ..cache import cache_enabled, cache_url
+from ..cache import cache_enabled, cache_url, cache_write_mode
+from ..cache import flush as flush_cache
 from ..clients.lm import LM
 from ..clients.rm import RM
 from ..clients.specs import lm_from_spec, parse_spec, rm_from_spec
@@ -136,6 +138,7 @@ class _Job:
     cache: bool
     cache_url: str | None
     cache_dir: str | None
+    cache_write: str
     env: Mapping[str, str]
     branch_idx: Any
     lm_overrides: Mapping[str, Any] | None
@@ -164,7 +167,7 @@ def _job(*, seed: int | None, inputs: str | None, gold: str, field: str, labels:
     chosen_dir = settings.cache_dir or os.environ.get("DSP_CACHEDIR")
     return _Job(
         lm_spec=_spec_of(settings.lm, "LM"), rm_spec=_spec_of(settings.rm, "RM"), cache=cache_enabled(),
-        cache_url=url, cache_dir=str(chosen_dir) if chosen_dir else None,
+        cache_url=url, cache_dir=str(chosen_dir) if chosen_dir else None, cache_write=cache_write_mode(),
         env={k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)},
         branch_idx=settings.branch_idx, lm_overrides=dict(settings.lm_overrides) if settings.lm_overrides else None,
         seed=seed, inputs=inputs, gold=gold, field=field, labels=tuple(labels), num_threads=num_threads, limit=limit,
@@ -341,7 +344,8 @@ def _run_batch(job: _Job, blob: bytes, items: list[tuple[int, dict[str, Any]]]) 
     program, metric = cloudpickle.loads(blob)
     score_of = metric_caller(metric)
     context = {"lm": _client("lm", job.lm_spec), "rm": _client("rm", job.rm_spec), "cache": job.cache,
-               "cache_url": job.cache_url, "cache_dir": job.cache_dir, "branch_idx": job.branch_idx,
+               "cache_url": job.cache_url, "cache_dir": job.cache_dir, "cache_write": job.cache_write,
+               "branch_idx": job.branch_idx,
                "lm_overrides": job.lm_overrides}
     def one(item: tuple[int, dict[str, Any]]) -> dict[str, Any]:
         index, example = item
@@ -360,6 +364,7 @@ def _run_batch(job: _Job, blob: bytes, items: list[tuple[int, dict[str, Any]]]) 
                 return [future.result() for future in futures]
     finally:
         _CURRENT_LEASES.reset(token)
+        flush_cache()  # "deferred" writes: the batch's calls are stored before its rows reach the driver
 
 
 _REMOTES: dict[str, Any] = {}
