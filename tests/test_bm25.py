@@ -227,3 +227,27 @@ def test_top_k_indices_is_deterministic_on_ties():
     random_scores = rng.random(1000).astype(np.float32)
     assert top_k_indices(random_scores, 10).tolist() == np.argsort(-random_scores, kind="stable")[:10].tolist()
     assert math.isclose(float(random_scores[top_k_indices(random_scores, 1)[0]]), float(random_scores.max()))
+
+
+def test_meta_json_problems_are_named_and_an_overwrite_is_all_or_nothing(tmp_path, monkeypatch):
+    index = tmp_path / "idx"
+    BM25(SMALL).save(index)
+    meta_path = index / "meta.json"
+    meta_text = meta_path.read_text()
+    meta_path.write_text("{truncated")
+    with pytest.raises(ValueError, match=r"idx/meta.json: unreadable index metadata"):
+        BM25.load(index)
+    meta_path.write_text(meta_text.replace("dsp.bm25/1", "dsp.dense/1"))
+    with pytest.raises(ValueError, match=r"idx/meta.json: not a dsp.bm25/1 index \(format 'dsp.dense/1'\)"):
+        BM25.load(index)
+    meta_path.write_text(meta_text)
+    assert BM25.load(index)("capital of France", k=1)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # an overwrite interrupted after meta.json went and before the new one
+
+    monkeypatch.setattr("dsp.clients.bm25.write_passages", killed)
+    with pytest.raises(KeyboardInterrupt):
+        BM25(SMALL[:2]).save(index)
+    with pytest.raises(FileNotFoundError, match="not a saved dsp BM25 index"):
+        BM25.load(index)  # half-written: never taken for a finished index

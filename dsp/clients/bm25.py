@@ -22,7 +22,6 @@ computed once at build time and stored in the index, so a moved or reloaded inde
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from pathlib import Path
@@ -33,6 +32,7 @@ import numpy as np
 from ..datasets.corpus import (
     CorpusError, MappedPassages, corpus_fingerprint, normalize_passages, read_passages, write_passages,
 )
+from .index_meta import begin_index_write, read_index_meta, write_index_meta
 from .rm import RM, Passage, check_queries
 
 __all__ = ["BM25", "top_k_indices"]
@@ -217,11 +217,7 @@ class BM25(RM):
 
         >>> rm.save("index/wiki-bm25")     # doctest: +SKIP
         """
-        index_dir = Path(index_dir)
-        index_dir.mkdir(parents=True, exist_ok=True)
-        meta_path = index_dir / "meta.json"
-        if meta_path.exists():
-            meta_path.unlink()  # an interrupted overwrite must not look like a complete index
+        index_dir = begin_index_write(index_dir)
         self._retriever.save(str(index_dir / "bm25s"), corpus=None, allow_pickle=False, show_progress=False)
         stored = write_passages(index_dir / "passages.jsonl", self.passages)
         if stored != self.fingerprint:
@@ -230,9 +226,7 @@ class BM25(RM):
                 "params": {"stemmer": self.stemmer_name, "stopwords": self.stopwords, "k1": self.k1,
                            "b": self.b, "method": self.method},
                 "bm25s_version": getattr(_require_bm25s(), "__version__", "unknown")}
-        tmp = meta_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
-        tmp.replace(meta_path)
+        write_index_meta(index_dir, meta)
         return index_dir
 
     @classmethod
@@ -243,15 +237,7 @@ class BM25(RM):
         """
         bm25s = _require_bm25s()
         index_dir = Path(index_dir)
-        meta_path = index_dir / "meta.json"
-        if not meta_path.is_file():
-            raise FileNotFoundError(f"{index_dir} is not a saved dsp BM25 index (no meta.json)")
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except ValueError as error:
-            raise ValueError(f"{meta_path}: unreadable index metadata ({error})") from None
-        if not isinstance(meta, dict) or meta.get("format") != INDEX_FORMAT:
-            raise ValueError(f"{meta_path}: not a {INDEX_FORMAT} index (format {meta.get('format') if isinstance(meta, dict) else None!r})")
+        meta = read_index_meta(index_dir, INDEX_FORMAT, "BM25")
         self = cls.__new__(cls)
         RM.__init__(self)
         self._set_params(**meta["params"])

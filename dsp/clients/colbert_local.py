@@ -37,6 +37,7 @@ from typing import Any, Iterator, Sequence
 from ..datasets.corpus import (
     CorpusError, MappedPassages, corpus_fingerprint, normalize_passages, read_passages, write_passages,
 )
+from .index_meta import META_NAME, begin_index_write, read_index_meta, write_index_meta
 from .rm import RM
 
 __all__ = ["ColBERTLocal", "INDEX_FORMAT", "COLBERT_INSTALL_HINT", "check_extension_locks"]
@@ -211,9 +212,8 @@ class ColBERTLocal(RM):
         self.search_settings = {"ncells": ncells, "centroid_score_threshold": centroid_score_threshold,
                                 "ndocs": ndocs}
 
-        meta_path = self.index_dir / "meta.json"
-        if meta_path.is_file():
-            meta = self._read_meta(meta_path)
+        if (self.index_dir / META_NAME).is_file():
+            meta = read_index_meta(self.index_dir, INDEX_FORMAT, "ColBERTLocal")
             self.colbert_dir = self.index_dir / "colbert"
             index_id = meta["index_id"]
             if meta.get("checkpoint_name") not in (None, Path(self.checkpoint).name):
@@ -249,16 +249,6 @@ class ColBERTLocal(RM):
                              f"{len(self.passages)}: pass the collection the index was built from")
         self._search_lock = threading.Lock()
         self._searcher = self._load_searcher()
-
-    @staticmethod
-    def _read_meta(meta_path: Path) -> dict[str, Any]:
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except ValueError as error:
-            raise ValueError(f"{meta_path}: unreadable index metadata ({error})") from None
-        if not isinstance(meta, dict) or meta.get("format") != INDEX_FORMAT:
-            raise ValueError(f"{meta_path}: not a {INDEX_FORMAT} index")
-        return meta
 
     def _colbert_passage_count(self) -> int | None:
         """How many passages colbert-ai indexed (sum of its per-chunk doclens files), if readable."""
@@ -327,14 +317,10 @@ class ColBERTLocal(RM):
         if not corpus:
             raise CorpusError(f"{source}: the corpus has no passages")
         index_dir = Path(index_dir).expanduser()
-        meta_path = index_dir / "meta.json"
-        ours = [meta_path, index_dir / "colbert", index_dir / "passages.jsonl"]
-        if any(p.exists() for p in ours):
-            if not overwrite:
-                raise FileExistsError(f"{index_dir} already holds an index; pass overwrite=True to replace it")
-            if meta_path.exists():
-                meta_path.unlink()  # first: an interrupted rebuild must not look like a finished index
-        index_dir.mkdir(parents=True, exist_ok=True)
+        ours = [index_dir / META_NAME, index_dir / "colbert", index_dir / "passages.jsonl"]
+        if any(p.exists() for p in ours) and not overwrite:
+            raise FileExistsError(f"{index_dir} already holds an index; pass overwrite=True to replace it")
+        begin_index_write(index_dir)
 
         config = colbert.infra.ColBERTConfig(nbits=nbits, doc_maxlen=doc_maxlen, kmeans_niters=kmeans_niters,
                                              **colbert_config)
@@ -349,9 +335,7 @@ class ColBERTLocal(RM):
                 "params": {"nbits": nbits, "doc_maxlen": doc_maxlen, "kmeans_niters": kmeans_niters,
                            **{k: v for k, v in colbert_config.items() if isinstance(v, (int, float, str, bool))}},
                 "colbert_ai_version": _version("colbert-ai")}
-        tmp = meta_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
-        tmp.replace(meta_path)
+        write_index_meta(index_dir, meta)
         log.info("built a ColBERT index of %d passages at %s", len(corpus), index_dir)
         return index_dir
 

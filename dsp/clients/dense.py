@@ -18,7 +18,6 @@ An index is saved as faiss's own file + the passages (JSONL) + meta.json describ
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -32,6 +31,7 @@ from ..datasets.corpus import (
     CorpusError, MappedPassages, corpus_fingerprint, normalize_passages, read_passages, write_passages,
 )
 from ..settings import settings
+from .index_meta import begin_index_write, read_index_meta, write_index_meta
 from .rm import RM, Passage, check_queries
 from .vectorizers import E5Vectorizer, Vectorizer, vectorizer_from_description
 
@@ -211,11 +211,7 @@ class DenseRM(RM):
         >>> rm.save("index/wiki-e5")     # doctest: +SKIP
         """
         faiss = _faiss()
-        index_dir = Path(index_dir)
-        index_dir.mkdir(parents=True, exist_ok=True)
-        meta_path = index_dir / "meta.json"
-        if meta_path.exists():
-            meta_path.unlink()  # an interrupted overwrite must not look like a complete index
+        index_dir = begin_index_write(index_dir)
         faiss.write_index(self._index, str(index_dir / "index.faiss"))
         if write_passages(index_dir / "passages.jsonl", self.passages) != self.fingerprint:
             raise RuntimeError(f"internal error: passages written to {index_dir} do not match the index")
@@ -223,9 +219,7 @@ class DenseRM(RM):
                 "dim": self.dim, "index": self.index_kind, "nlist": self.nlist, "nprobe": self._nprobe,
                 "seed": self.seed, "vectorizer": self.vectorizer.describe(),
                 "vectorizer_identity": self.vectorizer.cache_identity()}
-        tmp = meta_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
-        tmp.replace(meta_path)
+        write_index_meta(index_dir, meta)
         return index_dir
 
     @classmethod
@@ -238,15 +232,7 @@ class DenseRM(RM):
         """
         faiss = _faiss()
         index_dir = Path(index_dir)
-        meta_path = index_dir / "meta.json"
-        if not meta_path.is_file():
-            raise FileNotFoundError(f"{index_dir} is not a saved dsp DenseRM index (no meta.json)")
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except ValueError as error:
-            raise ValueError(f"{meta_path}: unreadable index metadata ({error})") from None
-        if not isinstance(meta, dict) or meta.get("format") != INDEX_FORMAT:
-            raise ValueError(f"{meta_path}: not a {INDEX_FORMAT} index")
+        meta = read_index_meta(index_dir, INDEX_FORMAT, "DenseRM")
         if vectorizer is None:
             vectorizer = vectorizer_from_description(meta["vectorizer"])
         elif vectorizer.describe() != meta["vectorizer"]:
