@@ -325,17 +325,22 @@ class _Memory:
                 self.size -= self.entries.pop(oldest)[1]
 
 
+def _attached(table: dict[int, tuple[Any, Any]], store: Any, make: Callable[[Any], Any]) -> Any:
+    """What `table` keeps for `store` (its memory layer, its pending writes), made once per store."""
+    entry = table.get(id(store))
+    if entry is None or entry[0] is not store:  # an id is reused after a store is gone: check identity
+        with _stores_lock:
+            entry = table.get(id(store))
+            if entry is None or entry[0] is not store:
+                entry = table[id(store)] = (store, make(store))
+    return entry[1]
+
+
 _memories: dict[int, tuple[Any, _Memory]] = {}
 
 
 def _memory_of(store: Any) -> _Memory:
-    entry = _memories.get(id(store))
-    if entry is None or entry[0] is not store:
-        with _stores_lock:
-            entry = _memories.get(id(store))
-            if entry is None or entry[0] is not store:
-                entry = _memories[id(store)] = (store, _Memory(MEMORY_LIMIT))
-    return entry[1]
+    return _attached(_memories, store, lambda _: _Memory(MEMORY_LIMIT))
 
 
 def _freeze(value: Any, chars: list[int]) -> Any:
@@ -425,13 +430,7 @@ _pending: dict[int, tuple[Any, _Pending]] = {}
 
 
 def _pending_of(store: Any) -> _Pending:
-    entry = _pending.get(id(store))
-    if entry is None or entry[0] is not store:
-        with _stores_lock:
-            entry = _pending.get(id(store))
-            if entry is None or entry[0] is not store:
-                entry = _pending[id(store)] = (store, _Pending(store))
-    return entry[1]
+    return _attached(_pending, store, _Pending)
 
 
 def flush() -> int:
