@@ -30,7 +30,10 @@ def gated_three_calls(question: str, gate: str, hold: str = "question 10") -> st
         gate_dir = Path(gate)
         marker = gate_dir / "pid"
         if not (gate_dir / "open").exists():
-            marker.write_text(str(os.getpid()))
+            # written whole, then renamed into place: the test polls for the file and must never read it half-written
+            staged = gate_dir / f"pid.{os.getpid()}"
+            staged.write_text(str(os.getpid()))
+            staged.replace(marker)
             while not (gate_dir / "open").exists():
                 time.sleep(0.01)
     return three_calls(question)
