@@ -229,6 +229,9 @@ class DiskStore:
     def close(self) -> None:
         self._cache.close()
 
+    def __repr__(self) -> str:
+        return f"DiskStore({str(self.directory)!r})"
+
 
 _stores: dict[tuple[str, str, int], Store] = {}
 _stores_lock = threading.Lock()
@@ -398,6 +401,7 @@ class _Pending:
         self.pid = os.getpid()  # a forked child never commits its parent's entries over inherited connections
         self.texts: dict[str, str] = {}
         self.since = 0.0
+        self.retry_at = 0.0  # after a failed commit, the next automatic one waits until then
         self.lock = threading.Lock()
 
     def get(self, key: str) -> Any:
@@ -408,11 +412,17 @@ class _Pending:
         """Hold an encoded value for commit unless an earlier one is pending; return the text kept."""
         with self.lock:
             text = self.texts.setdefault(key, text)
+            now = time.monotonic()
             if len(self.texts) == 1:
-                self.since = time.monotonic()
-            due = len(self.texts) >= DEFERRED_BATCH or time.monotonic() - self.since >= DEFERRED_SECONDS
+                self.since = now
+            due = now >= self.retry_at and (len(self.texts) >= DEFERRED_BATCH or now - self.since >= DEFERRED_SECONDS)
         if due:
-            self.flush()
+            try:
+                self.flush()
+            except Exception as error:  # the entries stay held: the call that got here must not fail
+                self.retry_at = time.monotonic() + DEFERRED_SECONDS
+                log.warning("dsp cache: could not commit %d pending entries to %r (%s: %s); they are kept and the "
+                            "commit is retried", len(self.texts), self.store, type(error).__name__, error)
         return text
 
     def flush(self) -> int:

@@ -157,3 +157,27 @@ def test_a_batch_writes_the_rows_diskcache_writes_and_never_overwrites(tmp_path)
 
     assert rows(tmp_path / "a") == rows(tmp_path / "b")
     assert json.loads(rows(tmp_path / "b")[0][long_key]) == {"text": "x" * 40_000}
+
+
+def test_a_failed_commit_keeps_the_entries_and_the_call_succeeds(tmp_path, monkeypatch, caplog):
+    directory = str(tmp_path / "c")
+    monkeypatch.setattr(cache, "DEFERRED_BATCH", 2)
+    store = cache.get_store(directory)
+    real_add_many, failures = store.add_many, []
+
+    def full_disk(texts):
+        if not failures:
+            failures.append(len(texts))
+            raise OSError(28, "No space left on device")
+        real_add_many(texts)
+
+    monkeypatch.setattr(store, "add_many", full_disk)
+    with dsp.settings.context(cache_dir=directory, cache_write="deferred"):
+        assert cache.cached_call({"q": 0}, lambda: 0) == (0, False)
+        with caplog.at_level("WARNING", logger="dsp.cache"):
+            assert cache.cached_call({"q": 1}, lambda: 1) == (1, False)  # the batch is due, and its commit fails
+        assert failures == [2] and "could not commit 2 pending entries" in caplog.text
+        assert "No space left on device" in caplog.text and directory in caplog.text
+        assert _stored(directory) == 0
+        assert cache.cached_call({"q": 1}, lambda: pytest.fail("recomputed")) == (1, True)  # still held
+        assert cache.flush() == 2 and _stored(directory) == 2
