@@ -119,6 +119,11 @@ def test_run_setting_scores_by_position_writes_predictions_and_resumes(tmp_path)
     assert {p: c["accuracy"] for p, c in curve["positions"].items()} == {"0": 1.0, "2": 1.0, "4": 0.0}
     assert curve["n"] == 12 and curve["positions"]["4"]["n"] == 4 and curve["accuracy"] == pytest.approx(2 / 3)
     assert summary["questions"] == 4 and summary["errors"] == 0
+    # the same 4 questions at each position: compared pair by pair (gold last is right nowhere)
+    pairs = {(p["a"], p["b"]): p for p in summary["paired"]["5 docs"]}
+    assert pairs["0", "4"] == {"a": "0", "b": "4", "n": 4, "a_only": 4, "b_only": 0, "p": 0.125}
+    assert pairs["0", "2"]["a_only"] == pairs["0", "2"]["b_only"] == 0 and pairs["0", "2"]["p"] == 1.0
+    assert len(pairs) == 3
     assert len(lm.prompts) == 12
     # the program never sees the gold answers: only the prompt reaches the LM
     assert all("answer0" not in p or "The answer is answer0." in p for p in lm.prompts)
@@ -163,7 +168,11 @@ def test_reorder_run_uses_the_retrievers_rank_of_the_gold(tmp_path):
     assert summary["curves"]["relevance"]["accuracy"] == 1.0
     assert summary["curves"]["reverse"]["accuracy"] == 0.0
     assert summary["gold_at"]["relevance"]["rank2+"]["n"] == 3
-    assert "Passage order on retrieval-ranked contexts" in results_markdown(load_summaries(tmp_path.parent))
+    relevance_vs_reverse = [p for p in summary["paired"]["orders"] if (p["a"], p["b"]) == ("relevance", "reverse")]
+    assert relevance_vs_reverse == [{"a": "relevance", "b": "reverse", "n": 3, "a_only": 3, "b_only": 0, "p": 0.25}]
+    markdown = results_markdown(load_summaries(tmp_path.parent))
+    assert "Passage order on retrieval-ranked contexts" in markdown
+    assert "| relevance | reverse | 3 | 3 | 0 | 0.250 |" in markdown
 
 
 def test_kv_run_and_closedbook_run_with_report_and_plot(tmp_path):
@@ -187,6 +196,8 @@ def test_kv_run_and_closedbook_run_with_report_and_plot(tmp_path):
     assert {s["setting"] for s in summaries} == {"kv-4keys", "closedbook", "qa-5docs"}
     markdown = results_markdown(summaries)
     assert "| gold at 1 | gold at 4 | mean |" in markdown and "| closed-book | 2 | 50.0 |" in markdown
+    assert "| gold at 1 | gold at 4 | 3 | 3 | 0 | 0.250 |" in markdown  # KV: the first key is found, the last never
+    assert "paired" not in closed  # one condition: nothing to pair
     png = plot_positions(summaries, tmp_path / "plot.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     with pytest.raises(ValueError, match="nothing to plot"):

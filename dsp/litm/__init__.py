@@ -26,7 +26,7 @@ from .data import (
 )
 from .evaluate import (
     PromptTooLongError, Run, check_prompts_fit, closedbook_run, first_line, kv_run, kv_score, load_summaries,
-    oracle_run, plot_positions, qa_run, qa_score, reorder_run, results_markdown, run_setting, summarize,
+    mcnemar_exact, oracle_run, plot_positions, qa_run, qa_score, reorder_run, results_markdown, run_setting, summarize,
     wilson_interval,
 )
 from .prompts import (
@@ -44,7 +44,7 @@ __all__ = [
     "evenly_spaced_positions", "QA_FILE_PATTERN", "KV_FILE_PATTERN",
     # scoring, runs, reports
     "qa_score", "kv_score", "first_line", "Run", "closedbook_run", "oracle_run", "qa_run", "kv_run", "reorder_run",
-    "check_prompts_fit", "PromptTooLongError", "run_setting", "summarize", "wilson_interval",
+    "check_prompts_fit", "PromptTooLongError", "run_setting", "summarize", "wilson_interval", "mcnemar_exact",
     "load_summaries", "results_markdown", "plot_positions",
     # beyond the paper
     "order_passages", "ORDER_STRATEGIES",

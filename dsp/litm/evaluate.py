@@ -44,7 +44,7 @@ from .prompts import Document, get_closedbook_qa_prompt, get_kv_retrieval_prompt
 __all__ = [
     "qa_score", "kv_score", "first_line", "Run", "PromptTooLongError",
     "closedbook_run", "oracle_run", "qa_run", "kv_run", "reorder_run", "qa_setting_name",
-    "check_prompts_fit", "run_setting", "summarize", "wilson_interval",
+    "check_prompts_fit", "mcnemar_exact", "run_setting", "summarize", "wilson_interval",
     "load_summaries", "results_markdown", "plot_positions",
 ]
 
@@ -408,6 +408,38 @@ def wilson_interval(correct: float, n: int, z: float = 1.96) -> tuple[float, flo
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+def mcnemar_exact(a_only: int, b_only: int) -> float:
+    """Two-sided exact McNemar p-value for paired right/wrong outcomes: `a_only` items right under A
+    only, `b_only` under B only (the items both got right or wrong carry no information).
+
+    >>> round(mcnemar_exact(16, 1), 4), mcnemar_exact(3, 3)
+    (0.0003, 1.0)
+    """
+    n = a_only + b_only
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(a_only, b_only) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def _paired(groups: Mapping[str, Mapping[str, float]]) -> list[dict[str, Any]]:
+    """Every pair of conditions compared on the questions both were run on: who got which right."""
+    names = list(groups)
+    out = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            shared = groups[a].keys() & groups[b].keys()
+            a_only = sum(1 for q in shared if groups[a][q] >= 1.0 > groups[b][q])
+            b_only = sum(1 for q in shared if groups[b][q] >= 1.0 > groups[a][q])
+            out.append({"a": a, "b": b, "n": len(shared), "a_only": a_only, "b_only": b_only,
+                        "p": round(mcnemar_exact(a_only, b_only), 6)})
+    return out
+
+
+def _question(item: Mapping[str, Any]) -> str:
+    return item["id"].split("@")[0].split("/")[0]
+
+
 def _cell(scores: list[float], seconds: list[float], tokens: list[int]) -> dict[str, Any]:
     n = len(scores)
     correct = sum(scores)
@@ -456,11 +488,26 @@ def summarize(run: Run, rows: Sequence[Mapping[str, Any]], token_counts: Sequenc
             entry["positions"][str(position)] = _cell(*values)
     for entry in curves.values():
         entry["positions"] = dict(sorted(entry["positions"].items(), key=lambda kv: int(kv[0])))
+    # The same questions under every position (or order): compare conditions pair by pair, exactly.
+    outcomes: dict[str, dict[str, dict[str, float]]] = {}
+    for item, row in zip(run.items, rows):
+        if run.kind in ("positions", "kv"):
+            group, condition = item["curve"], str(item["position"])
+        elif run.kind == "reorder":
+            group, condition = "orders", item["curve"]
+        else:
+            continue
+        outcomes.setdefault(group, {}).setdefault(condition, {})[_question(item)] = float(row.get("score") or 0.0)
+    if run.kind in ("positions", "kv"):
+        for group in outcomes:
+            outcomes[group] = dict(sorted(outcomes[group].items(), key=lambda kv: int(kv[0])))
     summary: dict[str, Any] = {"setting": run.setting, "task": run.task, "kind": run.kind,
                                "description": run.description, "items": len(run.items),
-                               "questions": len({item["id"].split("@")[0].split("/")[0] for item in run.items}),
+                               "questions": len({_question(item) for item in run.items}),
                                "errors": errors, "metric": "best_subspan_em" if run.task == "qa" else "accuracy",
                                "curves": curves}
+    if outcomes:
+        summary["paired"] = {group: _paired(conditions) for group, conditions in outcomes.items()}
     if run.kind == "reorder":
         summary["gold_at"] = _gold_at_table(run, rows)
     return summary
@@ -510,6 +557,19 @@ def _pct(cell: Mapping[str, Any]) -> str:
     return f"{100 * cell['accuracy']:.1f}"
 
 
+def _paired_markdown(pairs: Sequence[Mapping[str, Any]], name: Any) -> list[str]:
+    if not pairs:
+        return []
+    lines = ["Paired on the same questions (exact McNemar test):", "",
+             "| A | B | questions | right under A only | right under B only | p |", "|---|---|---|---|---|---|"]
+    for pair in pairs:
+        p = pair["p"]
+        shown = f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+        lines.append(f"| {name(pair['a'])} | {name(pair['b'])} | {pair['n']} | {pair['a_only']} | {pair['b_only']} "
+                     f"| {shown} |")
+    return lines + [""]
+
+
 def results_markdown(summaries: Sequence[Mapping[str, Any]]) -> str:
     """Markdown tables: reference settings, accuracy per gold position for each curve, the reordering
     experiment, and timings. Accuracies are percentages; brackets are Wilson 95% intervals.
@@ -540,6 +600,7 @@ def results_markdown(summaries: Sequence[Mapping[str, Any]]) -> str:
                                     for c in positions.values())
                 lines += [(f"| {values} | {_pct(cell)} | {cell.get('seconds_per_prompt', '–')} | "
                            f"{cell.get('prompt_tokens_mean', '–')} |"), ""]
+                lines += _paired_markdown(s.get("paired", {}).get(curve, []), lambda p: f"gold at {int(p) + 1}")
         for s in (s for s in mine if s["kind"] == "reorder"):
             lines += [f"Passage order on retrieval-ranked contexts (`{s['setting']}`, {s['questions']} questions):", "",
                       ("| order | accuracy (%) | 95% CI | gold ranked 1st: acc. (n) | gold ranked lower: acc. (n) | "
@@ -551,6 +612,7 @@ def results_markdown(summaries: Sequence[Mapping[str, Any]]) -> str:
                              f"{_pct(r1) if r1['n'] else '–'} ({r1['n']}) | {_pct(r2) if r2['n'] else '–'} ({r2['n']}) | "
                              f"{extra.get('gold_at_mean', '–')} | {extra.get('gold_at_first_or_last', '–')} |")
             lines.append("")
+            lines += _paired_markdown(s.get("paired", {}).get("orders", []), str)
     return "\n".join(lines).rstrip() + "\n"
 
 
