@@ -432,7 +432,7 @@ def _paired(groups: Mapping[str, Mapping[str, float]]) -> list[dict[str, Any]]:
             a_only = sum(1 for q in shared if groups[a][q] >= 1.0 > groups[b][q])
             b_only = sum(1 for q in shared if groups[b][q] >= 1.0 > groups[a][q])
             out.append({"a": a, "b": b, "n": len(shared), "a_only": a_only, "b_only": b_only,
-                        "p": round(mcnemar_exact(a_only, b_only), 6)})
+                        "p": mcnemar_exact(a_only, b_only)})
     return out
 
 
