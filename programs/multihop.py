@@ -24,8 +24,11 @@ def vanilla(question: str, train: list[dsp.Example], n_demos: int = 16) -> dsp.E
     return dsp.Example(question=question, answer=completions.answer)
 
 
-def retrieve_then_read(question: str, train: list[dsp.Example], k: int = 2, n_demos: int = 16) -> dsp.Example:
-    x = dsp.Example(question=question, demos=dsp.sample(train, k=n_demos), context=dsp.retrieve(question, k=k))
+def retrieve_then_read(question: str, train: list[dsp.Example], k: int = 2, n_demos: int = 16,
+                       order: str = "relevance") -> dsp.Example:
+    """The top-k passages, arranged by `order` (`dsp.order_passages`), then a few-shot answer."""
+    context = dsp.order_passages(dsp.retrieve(question, k=k), strategy=order)
+    x = dsp.Example(question=question, demos=dsp.sample(train, k=n_demos), context=context)
     _, completions = dsp.generate(qa_with_context, stop="auto")(x, stage="qa")
     return dsp.Example(question=question, answer=completions.answer, context=x.context)
 
@@ -55,7 +58,9 @@ def _annotation_attempt(train: list[dsp.Example]):
 
 
 def dsp_program(question: str, train: list[dsp.Example], hops: int = 2, n_queries: int = 10, k: int = 5,
-                n: int = 20, temperature: float = 0.7, n_demos: int = 3, pool: int = 16) -> dsp.Example:
+                n: int = 20, temperature: float = 0.7, n_demos: int = 3, pool: int = 16,
+                order: str = "relevance") -> dsp.Example:
+    """The DSP multi-hop program; `order` arranges each hop's fused passages (`dsp.order_passages`)."""
     demos = dsp.annotate(_annotation_attempt(train))(dsp.sample(train, k=pool), k=n_demos, return_all=True)
     x = dsp.Example(question=question, demos=demos)
     summaries: list[str] = []
@@ -65,7 +70,8 @@ def dsp_program(question: str, train: list[dsp.Example], hops: int = 2, n_querie
                                       stop="auto")(x, stage=f"h{h}")
         if h > 0 and completions[0].get("rationale"):
             summaries.append(completions[0].rationale)  # what this hop learned from the last passages
-        passages = dsp.fused_retrieval([c.get("query") for c in completions] + [question], k=k)
+        passages = dsp.order_passages(dsp.fused_retrieval([c.get("query") for c in completions] + [question], k=k),
+                                      strategy=order)
         x.context = summaries + passages
     _, completions = dsp.generate(qa_with_cot, n=n, temperature=temperature, stop="auto")(x, stage="qa")
     best = dsp.majority(completions)

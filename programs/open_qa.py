@@ -27,19 +27,27 @@ def vanilla(question: str, train: list[dsp.Example], n_demos: int = 16) -> dsp.E
     return dsp.Example(question=question, answer=completions.answer)
 
 
+def _context(question: str, k: int, order: str) -> list[str]:
+    """The top-k passages, arranged for the prompt by `order` (`dsp.order_passages`; "relevance" keeps
+    the retriever's order, "lost_in_the_middle" puts the best at both ends)."""
+    return dsp.order_passages(dsp.retrieve(question, k=k), strategy=order)
+
+
 def retrieve_then_read(question: str, train: list[dsp.Example], k: int = 1, n_demos: int = 5,
-                       demo_context: bool = True) -> dsp.Example:
+                       demo_context: bool = True, order: str = "relevance") -> dsp.Example:
     """The top-k passages for the question, then a few-shot answer; with `demo_context`, each demo
-    shows its own top-k passages too (small models copy answers from a context only after seeing it done)."""
+    shows its own top-k passages too (small models copy answers from a context only after seeing it done).
+    `order` arranges every context (see `_context`)."""
     demos = dsp.sample(train, k=n_demos)
     if demo_context:
-        demos = [d.copy(context=dsp.retrieve(d.question, k=k)) for d in demos]
-    x = dsp.Example(question=question, demos=demos, context=dsp.retrieve(question, k=k))
+        demos = [d.copy(context=_context(d.question, k, order)) for d in demos]
+    x = dsp.Example(question=question, demos=demos, context=_context(question, k, order))
     _, completions = dsp.generate(qa_with_context, stop="auto")(x, stage="qa")
     return dsp.Example(question=question, answer=completions.answer, context=x.context)
 
 
-def _annotation_attempt(pool: list[dsp.Example], k: int, n_raw: int, template: dsp.Template, label: str):
+def _annotation_attempt(pool: list[dsp.Example], k: int, n_raw: int, template: dsp.Template, label: str,
+                        order: str = "relevance"):
     """Run the pipeline on a training example, with the rest of the pool as raw demos (as the DSP v1
     intro's annotate step does); keep its trace only if the context holds the answer and it is right.
 
@@ -49,7 +57,7 @@ def _annotation_attempt(pool: list[dsp.Example], k: int, n_raw: int, template: d
 
     @dsp.transformation
     def attempt(d: dsp.Example) -> dsp.Example | None:
-        x = dsp.Example(question=d.question, demos=dsp.all_but(pool, d)[:n_raw], context=dsp.retrieve(d.question, k=k))
+        x = dsp.Example(question=d.question, demos=dsp.all_but(pool, d)[:n_raw], context=_context(d.question, k, order))
         if not dsp.passage_match(x.context, d.answer):
             return None
         if label == "gold":
@@ -65,18 +73,20 @@ def _annotation_attempt(pool: list[dsp.Example], k: int, n_raw: int, template: d
 
 def dsp_program(question: str, train: list[dsp.Example], k: int = 7, n: int = 20, temperature: float = 0.7,
                 n_demos: int = 3, demo_k: int = 3, pool: int = 16, n_raw: int = 8, cot: bool = True,
-                label: str = "predicted") -> dsp.Example:
+                label: str = "predicted", order: str = "relevance") -> dsp.Example:
     """The DSP open-QA program. `demo_k` passages per annotated demo keep the prompt short; `n_raw`
     raw (question/answer) demos accompany the augmented ones. `cot=False` predicts the answer
-    directly (for models too small to write a rationale: the demos then show context and answer)."""
+    directly (for models too small to write a rationale: the demos then show context and answer).
+    `order` arranges the passages in every context, e.g. "lost_in_the_middle" (`dsp.order_passages`)."""
     template = qa_with_cot if cot else qa_with_context
     sampled = dsp.sample(train, k=pool)
     if label not in ("predicted", "gold") or (label == "gold" and cot):
         raise ValueError(f"label must be 'predicted', or 'gold' with cot=False (a gold answer has no rationale); got {label!r}")
-    demos = dsp.annotate(_annotation_attempt(sampled, demo_k, n_raw, template, label))(sampled, k=n_demos, return_all=True)
+    attempt = _annotation_attempt(sampled, demo_k, n_raw, template, label, order)
+    demos = dsp.annotate(attempt)(sampled, k=n_demos, return_all=True)
     augmented = [d for d in demos if d.get("augmented")]
     raw = [d for d in demos if not d.get("augmented")][:n_raw]
-    x = dsp.Example(question=question, demos=augmented + raw, context=dsp.retrieve(question, k=k))
+    x = dsp.Example(question=question, demos=augmented + raw, context=_context(question, k, order))
     _, completions = dsp.generate(template, n=n, temperature=temperature, stop="auto")(x, stage="qa")
     best = dsp.majority(completions)
     return dsp.Example(question=question, answer=best.answer, context=x.context, rationale=best[0].get("rationale"),

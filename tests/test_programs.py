@@ -164,3 +164,20 @@ def test_self_ask_answers_each_follow_up_with_the_retrieve_then_read_reader_and_
     reader = [p for p in lm.prompts if p.endswith("Answer:")]
     assert len(reader) == 1 and reader[0].count("Question: train question") == 3  # the demos are shown
     assert reader[0].rstrip().endswith("Question: Which city is the capital of France?\n\nAnswer:")
+
+
+@pytest.mark.parametrize("module, program", [(open_qa, "retrieve_then_read"), (open_qa, "dsp"),
+                                             (multihop, "retrieve_then_read"), (multihop, "dsp")])
+def test_the_retrieval_programs_arrange_their_context_by_order(module, program):
+    ranked = [(f"Title {i} | passage number {i}", 10.0 - i) for i in range(5)]
+    contexts = {}
+    for order in ("relevance", "lost_in_the_middle"):
+        with dsp.settings.context(lm=ScriptedLM(respond), rm=ListRM(ranked), cache=False):
+            out = module.PROGRAMS[program]("What is the capital of France?", TRAIN, k=5, order=order)
+        contexts[order] = [p for p in out.context if "passage number" in p]
+    assert contexts["relevance"] == [text for text, _ in ranked]  # the retriever's order, unchanged
+    assert contexts["lost_in_the_middle"] == dsp.order_passages(contexts["relevance"], strategy="lost_in_the_middle")
+    assert contexts["lost_in_the_middle"][-1] == ranked[1][0]  # the second best goes last
+    with dsp.settings.context(lm=ScriptedLM(respond), rm=ListRM(ranked), cache=False), \
+            pytest.raises(ValueError, match="unknown passage order 'middle'"):
+        module.PROGRAMS[program]("What is the capital of France?", TRAIN, k=5, order="middle")
