@@ -8,6 +8,9 @@
    CPU time. The two alternate prompt by prompt so that load from other processes hits both alike.
 2. Self-consistency: one ~1,000-token prompt, n=20 draws at temperature 0.7, with prefix reuse (the
    normal path) and with the KV cache cleared before every draw; prints both times and the speed-up.
+3. Long prompts (Lost in the Middle's KV-75 size, ~5,300 tokens): prompt evaluation with llama.cpp's
+   fused attention (`LlamaCpp(flash_attn=True)`) against the default kernels, alternating, and
+   whether the greedy answers agree. `--long-only` runs just this part.
 
 Both models are loaded the same way (llama.cpp's extra weight buffers off, see dsp.clients.llamacpp).
 Timings on a shared 2-core machine are noisy: compare figures from one run, not across runs; with
@@ -65,7 +68,43 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--draws", type=int, default=20)
+    parser.add_argument("--long-rounds", type=int, default=2)
+    parser.add_argument("--long-only", action="store_true", help="only part 3 (long prompts, flash attention)")
     args = parser.parse_args()
+    if not args.long_only:
+        short_prompts(args)
+    long_prompts(args)
+
+
+def long_prompts(args: argparse.Namespace) -> None:
+    """Prompt evaluation of ~5,300 tokens with fused attention vs the default kernels."""
+    models = {"default": LlamaCpp(n_ctx=8192, n_threads=args.threads),
+              "flash_attn": LlamaCpp(n_ctx=8192, n_threads=args.threads, flash_attn=True)}
+    texts = [f"Document: {passage(200 + k, 250)}\n\nQuestion: When was the castle built?\nAnswer:"
+             for k in range(args.long_rounds)]
+    sizes = [len(models["default"].tokenize(t)) + 1 for t in texts]
+    seconds = {name: 0.0 for name in models}
+    answers: dict[str, list[str]] = {name: [] for name in models}
+    for k, text in enumerate(texts):
+        for name in (["default", "flash_attn"] if k % 2 == 0 else ["flash_attn", "default"]):
+            lm = models[name]
+            lm._forget_kv()
+            out, wall, _ = timed(lm, text, cache=False, temperature=0.0, max_tokens=8, only_completed=False)
+            seconds[name] += wall
+            answers[name].append(out[0])
+    tokens = sum(sizes)
+    for name, wall in seconds.items():
+        print(f"  long prompts, {name}: {len(texts)} prompts of {min(sizes)}-{max(sizes)} tokens (+8 generated) "
+              f"in {wall:.1f} s = {tokens / wall:.0f} prompt tok/s")
+    same = sum(a == b for a, b in zip(answers["default"], answers["flash_attn"]))
+    print(f"flash_attn / default speed: {seconds['default'] / seconds['flash_attn']:.2f}x "
+          f"(greedy answers equal on {same} of {len(texts)})")
+    for lm in models.values():
+        lm.close()
+
+
+def short_prompts(args: argparse.Namespace) -> None:
+    """Parts 1 and 2: throughput against raw llama_cpp, and prefix reuse for n draws."""
 
     lm = LlamaCpp(n_ctx=2048, n_threads=args.threads)
     raw = _load_llama(lm.model_path, 2048, lm.n_threads, 512, verbose=False, extra_buffers=False)

@@ -10,7 +10,7 @@ import pytest
 
 import dsp
 from dsp.cli import main
-from dsp.clients.specs import SpecError, lm_from_spec, parse_spec, rm_from_spec
+from dsp.clients.specs import SpecError, llamacpp_options, lm_from_spec, parse_spec, rm_from_spec
 
 
 def test_specs_build_clients_and_name_the_valid_kinds(tmp_path):
@@ -28,6 +28,18 @@ def test_specs_build_clients_and_name_the_valid_kinds(tmp_path):
     rm = rm_from_spec(f"bm25:{passages}")
     rm.save(tmp_path / "index")
     assert rm_from_spec(f"bm25:{tmp_path / 'index'}")("text", k=1)[0]["id"] == "a"
+
+
+def test_llamacpp_spec_options_are_checked():
+    _, _, options = parse_spec("llamacpp:,n_ctx=8192,n_threads=2,flash_attn=true")
+    assert llamacpp_options(options) == {"n_ctx": 8192, "n_threads": 2, "flash_attn": True}
+    assert llamacpp_options({"flash_attn": "0"}) == {"flash_attn": False}
+    with pytest.raises(SpecError, match="n_ctx must be an integer, got '8k'"):
+        llamacpp_options({"n_ctx": "8k"})
+    with pytest.raises(SpecError, match="flash_attn must be 1 or 0, got 'maybe'"):
+        llamacpp_options({"flash_attn": "maybe"})
+    with pytest.raises(SpecError, match="unknown option.*n_gpu_layers.*takes n_ctx, n_threads, flash_attn"):
+        lm_from_spec("llamacpp:,n_gpu_layers=99")
 
 
 def test_unknown_dataset_program_and_preset_list_the_valid_ones(data_dir, capsys):

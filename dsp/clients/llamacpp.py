@@ -291,7 +291,8 @@ def model_defaults_without_extra_buffers(enabled: bool = True) -> Iterator[None]
             low.llama_model_default_params = original
 
 
-def _load_llama(path: Path, n_ctx: int, n_threads: int, n_batch: int, verbose: bool, extra_buffers: bool) -> Any:
+def _load_llama(path: Path, n_ctx: int, n_threads: int, n_batch: int, verbose: bool, extra_buffers: bool,
+                flash_attn: bool = False) -> Any:
     llama_cpp = _import_llama_cpp()
     with model_defaults_without_extra_buffers(not extra_buffers):
         try:
@@ -299,6 +300,7 @@ def _load_llama(path: Path, n_ctx: int, n_threads: int, n_batch: int, verbose: b
                 return llama_cpp.Llama(
                     model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
                     n_threads=n_threads, n_threads_batch=n_threads, logits_all=False, verbose=verbose,
+                    flash_attn=flash_attn,
                 )
         except (ValueError, RuntimeError) as error:
             raise ModelFileError(f"llama.cpp could not load the model file {path}: {error}") from None
@@ -347,6 +349,9 @@ class LlamaCpp(LM):
     i.e. before temperature and filtering; costs about 1 ms per generated token, nothing per prompt
     token). `model_path` may be any GGUF file; `extra_buffers=True` lets llama.cpp use its AMX or
     repacked weight layouts (faster on some CPUs, but the AMX path crashes on this project's machines).
+    `flash_attn=True` uses llama.cpp's fused attention: on long prompts it evaluates faster (a 5,300-token
+    prompt here: 21.9 s instead of 30.6 s on one thread); its sums run in another order, so it is part
+    of the cache identity (answers may differ in the last bits).
 
     One context serves all callers, behind a lock: threads may share an instance (calls are serialised).
     `n_threads` defaults to the usable cores; when other work keeps those cores busy, 1 thread can be
@@ -364,7 +369,8 @@ class LlamaCpp(LM):
     prompt_chunk = 256  # reuse granularity; see the module notes on why prompts are chunk-aligned
 
     def __init__(self, model_path: str | os.PathLike | None = None, n_ctx: int = 4096, n_threads: int | None = None,
-                 seed: int = 0, *, verbose: bool = False, extra_buffers: bool = False, **defaults: Any) -> None:
+                 seed: int = 0, *, verbose: bool = False, extra_buffers: bool = False, flash_attn: bool = False,
+                 **defaults: Any) -> None:
         if not _is_int(n_ctx) or n_ctx < 16:
             raise ValueError(f"n_ctx must be an integer >= 16, got {n_ctx!r}")
         if n_threads is not None and (not _is_int(n_threads) or n_threads < 1):
@@ -385,7 +391,10 @@ class LlamaCpp(LM):
         self._n_batch = min(512, n_ctx)
         self._chunk = min(self.prompt_chunk, self._n_batch)
         self.extra_buffers = bool(extra_buffers)
-        self._llm = _load_llama(path, n_ctx, self.n_threads, self._n_batch, verbose, self.extra_buffers)
+        if not isinstance(flash_attn, bool):
+            raise TypeError(f"flash_attn must be True or False, got {flash_attn!r}")
+        self.flash_attn = flash_attn
+        self._llm = _load_llama(path, n_ctx, self.n_threads, self._n_batch, verbose, self.extra_buffers, flash_attn)
         # Hashed after a successful load (a broken file fails fast), and only once per file version.
         self.model_sha256 = file_sha256(path)
         self.model_bytes = path.stat().st_size
@@ -407,6 +416,8 @@ class LlamaCpp(LM):
                     "model_bytes": self.model_bytes, "n_ctx": self.n_ctx}
         if self.extra_buffers:  # other matmul kernels, other low-order bits: not the same answers
             identity["extra_buffers"] = True
+        if self.flash_attn:  # fused attention sums in another order: also not bit-identical
+            identity["flash_attn"] = True
         return identity
 
     @staticmethod

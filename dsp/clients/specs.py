@@ -2,7 +2,7 @@
 
     llamacpp                         the embedded Gemma 3 270M (default)
     llamacpp:/models/x.gguf          another local GGUF model
-    llamacpp:,n_threads=1            options: n_ctx, n_threads
+    llamacpp:,n_threads=1            options: n_ctx, n_threads, flash_attn=1
     openai:gpt-4o-mini               OpenAI (key from OPENAI_API_KEY)
     openai-compatible:http://127.0.0.1:8765/v1[,model=NAME][,type=text|chat]
                                      any OpenAI-compatible server (vLLM, llama.cpp, Ollama)
@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["parse_spec", "lm_from_spec", "rm_from_spec", "LM_KINDS", "RM_KINDS", "DEFAULT_LM", "SpecError"]
+__all__ = ["parse_spec", "llamacpp_options", "lm_from_spec", "rm_from_spec", "LM_KINDS", "RM_KINDS", "DEFAULT_LM", "SpecError"]
 
 DEFAULT_LM = "llamacpp"
 
@@ -74,12 +74,38 @@ def _first_model(base_url: str) -> str:
     return models[0]["id"]
 
 
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+def llamacpp_options(options: dict[str, str]) -> dict[str, Any]:
+    """`LlamaCpp` keyword arguments from a llamacpp spec's options, checked.
+
+    >>> llamacpp_options({"n_ctx": "8192", "flash_attn": "1"})
+    {'n_ctx': 8192, 'flash_attn': True}
+    """
+    unknown = sorted(set(options) - {"n_ctx", "n_threads", "flash_attn"})
+    if unknown:
+        raise SpecError(f"llamacpp spec: unknown option(s) {', '.join(unknown)}; it takes n_ctx, n_threads, flash_attn")
+    kwargs: dict[str, Any] = {}
+    # n_threads matters on shared machines (a Ray node runs one model per CPU-slot; see dsp.backends.ray).
+    for key in ("n_ctx", "n_threads"):
+        if key in options:
+            try:
+                kwargs[key] = int(options[key])
+            except ValueError:
+                raise SpecError(f"llamacpp spec: {key} must be an integer, got {options[key]!r}") from None
+    if "flash_attn" in options:
+        value = options["flash_attn"].lower()
+        if value not in _TRUE | _FALSE:
+            raise SpecError(f"llamacpp spec: flash_attn must be 1 or 0, got {options['flash_attn']!r}")
+        kwargs["flash_attn"] = value in _TRUE
+    return kwargs
+
+
 def _llamacpp(argument: str, options: dict[str, str]) -> Any:
     from .llamacpp import LlamaCpp
 
-    # n_threads matters on shared machines (a Ray node runs one model per CPU-slot; see dsp.backends.ray).
-    kwargs: dict[str, Any] = {key: int(options[key]) for key in ("n_ctx", "n_threads") if key in options}
-    return LlamaCpp(argument or None, **kwargs)
+    return LlamaCpp(argument or None, **llamacpp_options(options))
 
 
 def _openai(argument: str, options: dict[str, str]) -> Any:

@@ -71,7 +71,7 @@ def build_lm(spec: str | None, n_ctx: int | None = None, n_threads: int | None =
     >>> build_lm("llamacpp", n_ctx=8192, n_threads=1)                         # doctest: +SKIP
     LlamaCpp(model='gemma-3-270m-q4_k_m.gguf', n_ctx=8192)
     """
-    from ..clients.specs import DEFAULT_LM, lm_from_spec, parse_spec
+    from ..clients.specs import DEFAULT_LM, llamacpp_options, lm_from_spec, parse_spec
 
     spec = spec or os.environ.get("DSP_LM") or DEFAULT_LM
     kind, argument, options = parse_spec(spec)
@@ -81,9 +81,10 @@ def build_lm(spec: str | None, n_ctx: int | None = None, n_threads: int | None =
         return lm_from_spec(spec)
     from ..clients.llamacpp import LlamaCpp
 
-    context = n_ctx or int(options.get("n_ctx", 0)) or QA_N_CTX
-    threads = n_threads or (int(options["n_threads"]) if "n_threads" in options else None)
-    lm = LlamaCpp(argument or None, n_ctx=context, n_threads=threads)
+    kwargs = llamacpp_options(options)
+    kwargs["n_ctx"] = n_ctx or kwargs.get("n_ctx") or QA_N_CTX
+    kwargs["n_threads"] = n_threads or kwargs.get("n_threads")
+    lm = LlamaCpp(argument or None, **kwargs)
     lm.spec = spec
     return lm
 
