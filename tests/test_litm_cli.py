@@ -47,6 +47,7 @@ def test_qa_end_to_end_resumes_and_reports(corpus, tmp_path, capsys):
     assert all(r["usage"]["completion_tokens"] <= 8 for r in rows)
     summary = json.loads((out / "llamacpp" / "qa-3docs.summary.json").read_text())
     assert summary["model"] == "llamacpp" and summary["n_ctx"] == 4096 and summary["stop"] == ["\n"]
+    assert summary["model_identity"]["model_sha256"] and "flash_attn" not in summary["model_identity"]
     positions = summary["curves"]["3 docs"]["positions"]
     assert set(positions) == {"0", "2"} and all(cell["n"] == 2 for cell in positions.values())
     assert summary["curves"]["3 docs"]["accuracy"] == sum(r["score"] for r in rows) / 4

@@ -324,6 +324,7 @@ def test_flash_attention_answers_alike_under_its_own_cache_identity(lm):
         # its entries must never be served to (or from) the default kernels' cache.
         assert fused.cache_identity() == {**lm.cache_identity(), "flash_attn": True}
         assert "flash_attn" not in lm.cache_identity()
+        assert repr(fused) == "LlamaCpp(model='gemma-3-270m-q4_k_m.gguf', n_ctx=1024, flash_attn=True)"
         assert one(fused, FRANCE, max_tokens=3)["text"] == one(lm, FRANCE, max_tokens=3)["text"] == " Paris\n\nQuestion"
         listed = LONG_CONTEXT + "\nQuestion: What is item 3 of the list?\nAnswer:"
         first = one(fused, listed, max_tokens=6, logprobs=1)

@@ -828,4 +828,6 @@ class LlamaCpp(LM):
                 llm.close()
 
     def __repr__(self) -> str:
-        return f"LlamaCpp(model={self.model!r}, n_ctx={self.n_ctx})"
+        # The options that change answers (they are in the cache identity) show; threads do not.
+        extra = "".join(f", {name}=True" for name in ("flash_attn", "extra_buffers") if getattr(self, name, False))
+        return f"LlamaCpp(model={self.model!r}, n_ctx={self.n_ctx}{extra})"

@@ -363,8 +363,9 @@ def run_setting(lm: Any, run: Run, out_dir: str | os.PathLike, max_tokens: int =
     elapsed = time.perf_counter() - started
     _write_predictions(out_dir / f"{run.setting}.predictions.jsonl.gz", run, result.rows, _lm_name(lm), params)
     summary = summarize(run, result.rows, token_counts)
-    summary.update(model=_lm_name(lm), model_repr=repr(lm), max_tokens=max_tokens, stop=params.get("stop"),
-                   wall_seconds=round(elapsed, 1), n_ctx=getattr(lm, "n_ctx", None),
+    identity = lm.cache_identity() if callable(getattr(lm, "cache_identity", None)) else None
+    summary.update(model=_lm_name(lm), model_repr=repr(lm), model_identity=identity, max_tokens=max_tokens,
+                   stop=params.get("stop"), wall_seconds=round(elapsed, 1), n_ctx=getattr(lm, "n_ctx", None),
                    finished=time.strftime("%Y-%m-%d %H:%M:%S"))
     path = out_dir / f"{run.setting}.summary.json"
     path.write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
