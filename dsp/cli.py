@@ -81,8 +81,9 @@ def _hotpotqa(n: int | None, seed: int) -> Task:
 
     pool = datasets.load_hotpotqa_csv("train")
     dev = datasets.load_hotpotqa()
-    corpus = datasets.local_path("hotpotqa/wiki17_abstracts_sample.jsonl.gz")
-    return Task("hotpotqa", multihop, pool, datasets.downsample(dev, n, seed), EM, f"bm25:{corpus}" if corpus else None)
+    # Retrieval over the pooled distractor contexts (see datasets.hotpotqa_corpus): the abstracts sample
+    # alone holds none of these questions' supporting pages.
+    return Task("hotpotqa", multihop, pool, datasets.downsample(dev, n, seed), EM, "hotpotqa-corpus")
 
 
 def _qrecc(n: int | None, seed: int) -> Task:
@@ -119,11 +120,11 @@ def _rm_for(task: Task, spec: str | None) -> Any:
     from .clients.specs import rm_from_spec
 
     spec = spec or os.environ.get("DSP_RM") or task.rm_spec
-    if spec == "squad-corpus":
+    if spec in ("squad-corpus", "hotpotqa-corpus"):
         from .clients.bm25 import BM25
-        from .datasets import squad_corpus
+        from .datasets import hotpotqa_corpus, squad_corpus
 
-        return BM25(squad_corpus())
+        return BM25(squad_corpus() if spec == "squad-corpus" else hotpotqa_corpus())
     if not spec:
         raise SystemExit(f"dataset {task.name}: no local corpus found in DSP_DATA_DIR; pass --rm")
     return rm_from_spec(spec)

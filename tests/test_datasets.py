@@ -29,6 +29,11 @@ def test_loaders_read_the_real_files(data_dir):
     assert len(hotpot) == 100 and Counter(h.type for h in hotpot) == {"bridge": 85, "comparison": 15}
     assert all(len(h.paragraphs) == 10 and h.gold_titles for h in hotpot)
     assert all(any(p.startswith(t + " | ") for p in h.paragraphs) for h in hotpot for t in h.gold_titles)
+    pool = datasets.hotpotqa_corpus()  # the pooled distractor contexts, then the abstracts sample
+    titles = {p["title"] for p in pool}
+    assert len(titles) == len(pool) == len({p["id"] for p in pool})
+    assert all(set(h.gold_titles) <= titles for h in hotpot)
+    assert sum(p["id"].startswith("wiki17-") for p in pool) == len(pool) - len({p.split(" | ")[0] for h in hotpot for p in h.paragraphs})
     assert len(datasets.load_hotpotqa_simplified()) == 7405
     assert [len(datasets.load_hotpotqa_csv(s)) for s in ("train", "dev", "test")] == [500, 200, 200]
     assert "answer_category" in datasets.load_hotpotqa_csv("dev")[0]

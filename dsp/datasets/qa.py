@@ -20,7 +20,7 @@ from .jsonl import DataFileError, read_csv, read_json, read_jsonl
 from .paths import data_path, local_path
 
 __all__ = [
-    "load_nq_open", "load_squad", "squad_corpus", "load_hotpotqa", "load_hotpotqa_simplified",
+    "load_nq_open", "load_squad", "squad_corpus", "load_hotpotqa", "hotpotqa_corpus", "load_hotpotqa_simplified",
     "load_hotpotqa_csv", "load_qrecc", "load_litm_oracle",
 ]
 
@@ -131,6 +131,37 @@ def load_hotpotqa(path: PathLike | None = None) -> list[Example]:
                            answer=_answers(record.get("answer"), where), type=record.get("type"),
                            level=record.get("level"), paragraphs=paragraphs, gold_titles=gold_titles))
     return out
+
+
+def hotpotqa_corpus(path: PathLike | None = None, abstracts: PathLike | None = None) -> list[dict[str, Any]]:
+    """HotPotQA's retrieval pool here: the distinct paragraphs of every question's distractor context
+    (its two supporting pages and eight distractors that HotPotQA chose by bigram TF-IDF against the
+    question), then the Wikipedia-2017 abstracts sample's passages on other pages, as `{id, title, text}`.
+
+    The full Wikipedia-2017 abstracts (5M pages) are not in the mirror, and the abstracts sample holds
+    no supporting page of the dev sample's questions; pooling the contexts gives every question its
+    gold pages among hard distractors (those of its own and of all other questions), so multi-hop
+    retrieval is real. `path` is the HotPotQA file (as `load_hotpotqa`), `abstracts` the sample
+    (default: DSP_DATA_DIR/hotpotqa/wiki17_abstracts_sample.jsonl.gz when present).
+
+    >>> corpus = hotpotqa_corpus()                                      # doctest: +SKIP
+    >>> len(corpus), corpus[0]["title"]                                # doctest: +SKIP
+    (1766, 'Constantin Medien')
+    """
+    passages: dict[str, dict[str, Any]] = {}
+    for example in load_hotpotqa(path):
+        for paragraph in example.paragraphs:
+            title, _, text = paragraph.partition(" | ")
+            if title not in passages:  # a page appears in several questions' contexts with one text
+                passages[title] = {"id": f"hotpot-{len(passages)}", "title": title, "text": text}
+    extra = Path(abstracts) if abstracts is not None else local_path("hotpotqa/wiki17_abstracts_sample.jsonl.gz")
+    if extra is not None:
+        for n, record in read_jsonl(extra):
+            title = _need(record, "title", str, f"{extra}, line {n}")
+            if title not in passages:
+                passages[title] = {"id": _need(record, "id", str, f"{extra}, line {n}"), "title": title,
+                                   "text": _need(record, "text", str, f"{extra}, line {n}")}
+    return list(passages.values())
 
 
 def load_hotpotqa_simplified(path: PathLike | None = None) -> list[Example]:
