@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from .cache import flush as flush_cache
 from .clients.lm import Usage
 from .example import Example
-from .metrics import EM
+from .metrics import EM, wilson_interval
 from .settings import settings
 
 __all__ = ["evaluate", "EvaluationResult", "summarize_seeds", "example_fingerprint", "run_example", "failed_row",
@@ -94,15 +94,24 @@ class EvaluationResult:
         return pd.DataFrame([{k: v for k, v in r.items() if k != "trace"} for r in self.rows])
 
     def confidence_interval(self, z: float = 1.96) -> tuple[float, float]:
-        """Normal-approximation 95% interval of the score (× 100)."""
+        """95% interval of the score (× 100): Wilson's for a right/wrong metric (EM), else the normal
+        approximation kept within the scores' range (nF1, F1), failed examples counted as 0.
+
+        >>> result = EvaluationResult(rows=[{"score": s} for s in (1.0, 0.0, 0.0, 0.0)], metric_name="EM")
+        >>> [round(x, 1) for x in result.confidence_interval()]
+        [4.6, 69.9]
+        """
         n = len(self.rows)
         if n == 0:
             return (0.0, 0.0)
-        mean = self.score / 100
         values = self.scores + [0.0] * len(self.errors)
+        if all(v in (0.0, 1.0) for v in values):
+            low, high = wilson_interval(sum(values), n, z)
+            return (100 * low, 100 * high)
+        mean = self.score / 100
         var = sum((v - mean) ** 2 for v in values) / max(n - 1, 1)
         half = z * math.sqrt(var / n)
-        return (100 * (mean - half), 100 * (mean + half))
+        return (100 * max(min(values), mean - half), 100 * min(max(values), mean + half))
 
     def summary(self) -> str:
         correct = sum(self.scores)

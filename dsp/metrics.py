@@ -11,6 +11,7 @@ True
 
 from __future__ import annotations
 
+import math
 import re
 import string
 import unicodedata
@@ -21,7 +22,7 @@ import regex
 
 __all__ = [
     "normalize_text", "EM", "F1", "HotPotF1", "nF1", "best_subspan_em",
-    "has_answer", "passage_match", "answer_match", "STOPWORDS",
+    "has_answer", "passage_match", "answer_match", "wilson_interval", "STOPWORDS",
 ]
 
 _PUNCTUATION = frozenset(string.punctuation)
@@ -174,3 +175,19 @@ def answer_match(prediction: str, answers: str | Sequence[str], frac: float = 1.
     if frac >= 1.0:
         return EM(prediction, answers)
     return F1(prediction, answers) >= frac
+
+
+def wilson_interval(correct: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (95% by default), as fractions; unlike the normal
+    approximation it stays inside [0, 1] and is not empty at 0 or n correct.
+
+    >>> [round(x, 3) for x in wilson_interval(50, 100)]
+    [0.404, 0.596]
+    """
+    if n <= 0:
+        return (0.0, 0.0)
+    p = correct / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return (max(0.0, centre - half), min(1.0, centre + half))

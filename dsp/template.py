@@ -352,11 +352,19 @@ class Template:
             result[field.output_variable] = rest[:pos].strip()
             rest = rest[pos + 1 + len(self.fields[j].name):].strip()
             idx = j
-        # A small model may copy the guidelines' placeholder ("${a short factoid answer...}"): that
-        # fills nothing, so the field stays missing (and the completion counts as less complete).
+        # A small model may copy the guidelines' placeholders ("${a short factoid answer...}"), whole or
+        # line by line with their field names (a continuation that restates the format): those lines
+        # fill nothing, and a field left with nothing stays missing (the completion is less complete).
+        names = tuple(f.name for f in self.fields)
         for field in self.fields:
             key = field.output_variable
-            if not _has_value(example, key) and result.get(key) == field.description:
+            value = result.get(key)
+            if _has_value(example, key) or not isinstance(value, str) or "${" not in value:
+                continue
+            kept = "\n".join(line for line in value.split("\n") if not _is_placeholder_line(line, names)).strip()
+            if kept:
+                result[key] = kept
+            else:
                 del result[key]
         return result
 
@@ -386,6 +394,20 @@ def _frozen(value: Any) -> Any:
                 break
         return (kind, items)
     return _UNKEYABLE
+
+
+def _is_placeholder_line(line: str, names: tuple[str, ...]) -> bool:
+    """Whether `line` is only a "${...}" placeholder, maybe after a field name ("Answer: ${...}").
+
+    >>> _is_placeholder_line("Answer: ${a short factoid answer}", ("Answer:",)), _is_placeholder_line("Paris", ())
+    (True, False)
+    """
+    line = line.strip()
+    for name in names:
+        if line.startswith(name):
+            line = line[len(name):].strip()
+            break
+    return line.startswith("${") and line.endswith("}") and line.count("${") == 1 and "}" not in line[:-1]
 
 
 def _has_value(record: Mapping[str, Any], key: str) -> bool:

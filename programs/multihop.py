@@ -15,7 +15,7 @@ import dsp
 from programs.self_ask import self_ask_program
 from templates.qa import hop, qa, qa_with_context, qa_with_cot, rewrite
 
-__all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "greedy_search", "PROGRAMS"]
+__all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "greedy_search", "PROGRAMS", "PRESETS"]
 
 
 def vanilla(question: str, train: list[dsp.Example], n_demos: int = 16) -> dsp.Example:
@@ -39,7 +39,9 @@ def greedy_search(x: dsp.Example, hops: int = 2, k: int = 2) -> dsp.Example:
     x.context = []
     for h in range(hops):
         x, completions = dsp.generate(rewrite if h == 0 else hop, stop="auto")(x, stage=f"h{h}")
-        x.context = dsp.utils.deduplicate(x.context + dsp.retrieve(completions.query, k=k))
+        # A hop that wrote no query (a small model may only restate the format) searches the question.
+        query = completions.query.strip() or x.question
+        x.context = dsp.utils.deduplicate(x.context + dsp.retrieve(query, k=k))
     return x
 
 
@@ -83,4 +85,12 @@ PROGRAMS = {
     "retrieve_then_read": retrieve_then_read,
     "self_ask": self_ask_program,
     "dsp": dsp_program,
+}
+
+# Settings of the DSP program: the paper's (GPT-3 scale: 10 queries per hop, 20 chains of thought),
+# and one the embedded 270M model runs in ~10 s a question: 3 queries per hop, 5 near-greedy answers
+# over the 2 best fused passages (on NQ it lost accuracy with more passages: see RESULTS.md).
+PRESETS = {
+    "paper": {},
+    "small": {"n_queries": 3, "n": 5, "temperature": 0.3, "k": 2},
 }

@@ -144,3 +144,15 @@ def test_a_killed_evaluation_resumes_and_reproduces(tmp_path):
     assert sorted({r["index"] for r in rows}) == list(range(40))
     # the rerun called the LM only for the examples the killed run had not finished
     assert len(calls.read_text().splitlines()) <= 40 - done_before + 4
+
+
+def test_intervals_stay_inside_the_scores_range():
+    from dsp.evaluation import EvaluationResult
+
+    one_right = EvaluationResult(rows=[{"score": 1.0}] + [{"score": 0.0}] * 99, metric_name="EM")
+    low, high = one_right.confidence_interval()  # Wilson: the normal approximation gave -1.0 to 3.0
+    assert 0.1 < low < 0.3 and 5.0 < high < 5.6
+    assert EvaluationResult(rows=[{"score": 0.0}] * 20, metric_name="EM").confidence_interval()[1] > 10
+    graded = EvaluationResult(rows=[{"score": 0.05}] * 9 + [{"score": 0.9}], metric_name="nF1")
+    low, high = graded.confidence_interval()  # not a proportion: normal approximation, clipped to [5, 90]
+    assert low == 5.0 and 13.5 < high < 40

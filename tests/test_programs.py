@@ -88,6 +88,22 @@ def test_multihop_dsp_fuses_ten_queries_per_hop_and_carries_the_summary():
     assert sum(1 for q, k in rm.queries if k == 15) == 2 * 11
 
 
+def test_a_hop_that_writes_no_query_searches_the_question():
+    # Gemma 3 270M's reply to the rewrite prompt with no demos (the first annotation attempt on
+    # HotPotQA): it restates the format's placeholders, which fill no field.
+    def restate(prompt, request):
+        if prompt.rstrip().endswith(("find out", "learned the following.", "Search Query:")):
+            return [" ${the missing information}\nSearch Query: ${a simple question for seeking the missing "
+                    "information}"] * request.get("n", 1)
+        return respond(prompt, request)
+
+    rm = ListRM(RM)
+    with dsp.settings.context(lm=ScriptedLM(restate), rm=rm, cache=False):
+        x = multihop.greedy_search(dsp.Example(question="Where is the capital?", demos=[]))
+    assert [q for q, _ in rm.queries] == ["Where is the capital?", "Where is the capital?"]
+    assert x.h0.query == "" and len(x.context) == 2
+
+
 def test_conversations_feed_the_programs_own_answers_not_the_gold():
     seen = []
 

@@ -165,3 +165,12 @@ def test_a_copied_guidelines_placeholder_fills_nothing():
     assert "rationale" not in out and "answer" not in out
     kept = qa_template_with_CoT.extract(x, " real reasoning\n\nAnswer: ${a short factoid answer, often between 1 and 5 words}")
     assert kept.rationale == "real reasoning" and "answer" not in kept
+    # A continuation that restates the format line by line (seen from Gemma 3 270M on the multi-hop
+    # rewrite template, after the rationale came back empty) fills nothing either.
+    partial = dsp.Example(question="Q", context="c", rationale="")
+    restated = qa_template_with_CoT.extract(partial, " ${a step-by-step deduction that identifies the correct response, "
+                                            "which will be provided below}\nAnswer: ${a short factoid answer, often "
+                                            "between 1 and 5 words}")
+    assert "answer" not in restated
+    mixed = qa_template_with_CoT.extract(partial, "Paris\nAnswer: ${a short factoid answer, often between 1 and 5 words}")
+    assert mixed.answer == "Paris"

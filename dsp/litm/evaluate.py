@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..evaluation import LABEL_FIELDS, evaluate
 from ..example import Example
-from ..metrics import best_subspan_em
+from ..metrics import best_subspan_em, wilson_interval
 from ..primitives.order import order_passages
 from .data import kv_records_with_gold_at, randomize_distractors, relevance_ranked, write_records
 from .prompts import Document, get_closedbook_qa_prompt, get_kv_retrieval_prompt, get_qa_prompt
@@ -392,21 +392,6 @@ def _write_predictions(path: Path, run: Run, rows: Sequence[Mapping[str, Any]], 
             record["model_error"] = row["error"]
         out.append(record)
     write_records(path, out)
-
-
-def wilson_interval(correct: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of a proportion (95% by default), as fractions.
-
-    >>> [round(x, 3) for x in wilson_interval(50, 100)]
-    [0.404, 0.596]
-    """
-    if n <= 0:
-        return (0.0, 0.0)
-    p = correct / n
-    denominator = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def mcnemar_exact(a_only: int, b_only: int) -> float:
