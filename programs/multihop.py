@@ -61,8 +61,9 @@ def _annotation_attempt(train: list[dsp.Example]):
 
 def dsp_program(question: str, train: list[dsp.Example], hops: int = 2, n_queries: int = 10, k: int = 5,
                 n: int = 20, temperature: float = 0.7, n_demos: int = 3, pool: int = 16,
-                order: str = "relevance") -> dsp.Example:
-    """The DSP multi-hop program; `order` arranges each hop's fused passages (`dsp.order_passages`)."""
+                order: str = "relevance", cot: bool = True) -> dsp.Example:
+    """The DSP multi-hop program; `order` arranges each hop's fused passages (`dsp.order_passages`).
+    `cot=False` answers without a rationale (for models too small to write one)."""
     demos = dsp.annotate(_annotation_attempt(train))(dsp.sample(train, k=pool), k=n_demos, return_all=True)
     x = dsp.Example(question=question, demos=demos)
     summaries: list[str] = []
@@ -75,7 +76,8 @@ def dsp_program(question: str, train: list[dsp.Example], hops: int = 2, n_querie
         passages = dsp.order_passages(dsp.fused_retrieval([c.get("query") for c in completions] + [question], k=k),
                                       strategy=order)
         x.context = summaries + passages
-    _, completions = dsp.generate(qa_with_cot, n=n, temperature=temperature, stop="auto")(x, stage="qa")
+    reader = qa_with_cot if cot else qa_with_context
+    _, completions = dsp.generate(reader, n=n, temperature=temperature, stop="auto")(x, stage="qa")
     best = dsp.majority(completions)
     return dsp.Example(question=question, answer=best.answer, context=x.context, summaries=summaries)
 
@@ -88,9 +90,10 @@ PROGRAMS = {
 }
 
 # Settings of the DSP program: the paper's (GPT-3 scale: 10 queries per hop, 20 chains of thought),
-# and one the embedded 270M model runs in ~10 s a question: 3 queries per hop, 5 near-greedy answers
-# over the 2 best fused passages (on NQ it lost accuracy with more passages: see RESULTS.md).
+# and one for the embedded 270M model: 3 queries per hop, 5 near-greedy answers without a rationale
+# (it cannot write one: with chain of thought it copied the format's placeholders for every
+# question) over the 2 best fused passages (on NQ it lost accuracy with more: see RESULTS.md).
 PRESETS = {
     "paper": {},
-    "small": {"n_queries": 3, "n": 5, "temperature": 0.3, "k": 2},
+    "small": {"n_queries": 3, "n": 5, "temperature": 0.3, "k": 2, "cot": False},
 }
