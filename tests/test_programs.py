@@ -88,6 +88,16 @@ def test_multihop_dsp_fuses_ten_queries_per_hop_and_carries_the_summary():
     assert sum(1 for q, k in rm.queries if k == 15) == 2 * 11
 
 
+def test_multihop_small_preset_answers_without_a_rationale():
+    lm = ScriptedLM(respond)
+    with dsp.settings.context(lm=lm, rm=ListRM(RM), cache=False):
+        out = multihop.dsp_program("Where is the capital?", TRAIN, n_demos=0, **multihop.PRESETS["small"])
+    final = lm.history[-1]
+    assert out.answer == "Paris" and final["params"]["n"] == 5 and final["params"]["temperature"] == 0.3
+    assert final["prompt"].endswith("Answer:") and "Rationale:" not in final["prompt"]
+    assert [h["params"].get("n") for h in list(lm.history)[:2]] == [3, 3]  # 3 queries per hop
+
+
 def test_a_hop_that_writes_no_query_searches_the_question():
     # Gemma 3 270M's reply to the rewrite prompt with no demos (the first annotation attempt on
     # HotPotQA): it restates the format's placeholders, which fill no field.
