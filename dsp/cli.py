@@ -100,9 +100,11 @@ def _qrecc(n: int | None, seed: int) -> Task:
         return nF1(" ".join([*example.get("history", []), example.question]), prediction, gold)
 
     metric.__name__ = "nF1"
+    # Retrieval over the QReCC passages cut into 200-word pieces (datasets.qrecc_corpus): whole web
+    # pages overflow a small model's context.
     corpus = datasets.local_path("qrecc/passages.jsonl.gz")
     return Task("qrecc", conversational, pool, dev if n is None else dev[:n], metric,
-                f"bm25:{corpus}" if corpus else None, conversational=True)
+                "qrecc-corpus" if corpus else None, conversational=True)
 
 
 DATASETS: dict[str, Callable[[int | None, int], Task]] = {
@@ -120,11 +122,12 @@ def _rm_for(task: Task, spec: str | None) -> Any:
     from .clients.specs import rm_from_spec
 
     spec = spec or os.environ.get("DSP_RM") or task.rm_spec
-    if spec in ("squad-corpus", "hotpotqa-corpus"):
+    built = {"squad-corpus": "squad_corpus", "hotpotqa-corpus": "hotpotqa_corpus", "qrecc-corpus": "qrecc_corpus"}
+    if spec in built:
+        from . import datasets
         from .clients.bm25 import BM25
-        from .datasets import hotpotqa_corpus, squad_corpus
 
-        return BM25(squad_corpus() if spec == "squad-corpus" else hotpotqa_corpus())
+        return BM25(getattr(datasets, built[spec])())
     if not spec:
         raise SystemExit(f"dataset {task.name}: no local corpus found in DSP_DATA_DIR; pass --rm")
     return rm_from_spec(spec)

@@ -38,6 +38,12 @@ def test_loaders_read_the_real_files(data_dir):
     assert [len(datasets.load_hotpotqa_csv(s)) for s in ("train", "dev", "test")] == [500, 200, 200]
     assert "answer_category" in datasets.load_hotpotqa_csv("dev")[0]
     qrecc = datasets.load_qrecc()
+    pieces = datasets.qrecc_corpus(words=200)  # whole pages overflow a 4k context: cut, nothing lost
+    assert max(len(p["text"].split()) for p in pieces) == 200 and len({p["id"] for p in pieces}) == len(pieces)
+    pages = datasets.read_jsonl(data_dir / "qrecc" / "passages.jsonl.gz")
+    assert " ".join(p["text"] for p in pieces).split() == " ".join(r["text"] for _, r in pages).split()
+    with pytest.raises(ValueError, match="words must be a positive integer, got 0"):
+        datasets.qrecc_corpus(words=0)
     assert len(qrecc) == 36 and len({q.Conversation_no for q in qrecc}) == 19
     first = [q for q in qrecc if q.Conversation_no == 1]
     assert [q.Turn_no for q in first] == list(range(1, 11))
