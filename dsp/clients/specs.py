@@ -27,7 +27,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["parse_spec", "llamacpp_options", "lm_from_spec", "rm_from_spec", "LM_KINDS", "RM_KINDS", "DEFAULT_LM", "SpecError"]
+__all__ = ["parse_spec", "llamacpp_options", "lm_from_spec", "rm_from_spec", "LM_KINDS", "RM_KINDS", "DEFAULT_LM",
+           "SpecError"]
 
 DEFAULT_LM = "llamacpp"
 

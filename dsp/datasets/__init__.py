@@ -15,7 +15,8 @@ from .splits import downsample, few_shot_train, split_pool
 
 __all__ = [
     "data_dir", "data_path", "local_path", "DataFileError", "read_jsonl", "read_json", "read_csv",
-    "load_nq_open", "load_squad", "squad_corpus", "load_hotpotqa", "hotpotqa_corpus", "load_hotpotqa_simplified", "load_hotpotqa_csv",
+    "load_nq_open", "load_squad", "squad_corpus", "load_hotpotqa", "hotpotqa_corpus", "load_hotpotqa_simplified",
+    "load_hotpotqa_csv",
     "load_qrecc", "qrecc_corpus", "load_litm_oracle",
     "REGISTRY", "DataFile", "ChecksumError", "fetch", "download", "verify",
     "few_shot_train", "downsample", "split_pool",

@@ -20,8 +20,8 @@ from .jsonl import DataFileError, read_csv, read_json, read_jsonl
 from .paths import data_path, local_path
 
 __all__ = [
-    "load_nq_open", "load_squad", "squad_corpus", "load_hotpotqa", "hotpotqa_corpus", "load_hotpotqa_simplified",
-    "load_hotpotqa_csv", "load_qrecc", "qrecc_corpus", "load_litm_oracle",
+    "load_nq_open", "load_squad", "squad_corpus", "load_hotpotqa", "hotpotqa_corpus",
+    "load_hotpotqa_simplified", "load_hotpotqa_csv", "load_qrecc", "qrecc_corpus", "load_litm_oracle",
 ]
 
 PathLike = str | os.PathLike
@@ -146,7 +146,7 @@ def hotpotqa_corpus(path: PathLike | None = None, abstracts: PathLike | None = N
 
     >>> corpus = hotpotqa_corpus()                                      # doctest: +SKIP
     >>> len(corpus), corpus[0]["title"]                                # doctest: +SKIP
-    (1766, 'Constantin Medien')
+    (1780, 'Constantin Medien')
     """
     passages: dict[str, dict[str, Any]] = {}
     for example in load_hotpotqa(path):
@@ -167,12 +167,14 @@ def hotpotqa_corpus(path: PathLike | None = None, abstracts: PathLike | None = N
 def qrecc_corpus(path: PathLike | None = None, words: int = 200) -> list[dict[str, Any]]:
     """The QReCC passages cut into pieces of at most `words` words, as `{id, title, text}`.
 
-    The mirror's passages are raw web-page text of up to 6,500 words (median 241); five of the long
-    ones overflow a 4k-token context. Pieces keep their page's id with `#<n>` added when a passage
-    is cut (the usual retrieval unit: DPR cut Wikipedia into 100-word pieces).
+    The mirror's passages are raw web-page text of up to 6,500 words (median 241; seven exceed 2,800
+    words, a 4k-token context on their own), and retrieve-then-read over whole pages built prompts of
+    9,400 tokens. Pieces keep their page's id with `#<n>` added when a passage is cut (the usual
+    retrieval unit: DPR cut Wikipedia into 100-word pieces).
 
-    >>> [p["id"] for p in qrecc_corpus(words=200)][:2]                   # doctest: +SKIP
-    ['https://www.example.org/page_p0', 'https://www.example.org/page_p1#0']
+    >>> pieces = qrecc_corpus(words=200)                                   # doctest: +SKIP
+    >>> len(pieces), pieces[0]["id"]                                       # doctest: +SKIP
+    (846, 'https://advancedderm.com/medical-professionals/779/SaraRojek.aspx_p0#0')
     """
     if not isinstance(words, int) or isinstance(words, bool) or words < 1:
         raise ValueError(f"words must be a positive integer, got {words!r}")
