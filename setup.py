@@ -55,6 +55,6 @@ setup(
         "scale": ["ray>=2.9", "redis>=5.0"],
         "bench": ["rank_bm25>=0.2.2", "psutil>=5.9"],
     },
-    entry_points={"console_scripts": ["dsp=dsp.cli:main"]},
+    entry_points={"console_scripts": ["dsp=programs.cli:main"]},
     classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: MIT License"],
 )

@@ -32,6 +32,7 @@ from slow_lm_server import fetch_stats, spawn  # noqa: E402
 
 import dsp  # noqa: E402
 from dsp.clients.specs import lm_from_spec  # noqa: E402
+from dsp.evaluation import Ray  # noqa: E402
 
 
 def _run(url: str, dev: list, backend: str, threads: int, batch_size: int | None = None,
@@ -40,9 +41,10 @@ def _run(url: str, dev: list, backend: str, threads: int, batch_size: int | None
     lm = lm_from_spec(f"openai-compatible:{url},model=slow")
     with tempfile.TemporaryDirectory() as cache, dsp.settings.context(lm=lm, cache_dir=cache):
         started = time.perf_counter()
-        result = dsp.evaluate(ray_programs.three_calls, dev, metric=lambda p, g: 0.0, num_threads=threads,
-                              backend=backend, batch_size=batch_size, global_concurrency=global_concurrency,
-                              display=False, display_progress=False)
+        runner = (Ray(threads=threads, batch_size=batch_size, global_concurrency=global_concurrency)
+                  if backend == "ray" else threads)
+        result = dsp.evaluate(ray_programs.three_calls, dev, metric=lambda p, g: 0.0, runner=runner,
+                              display=False, progress=False)
         seconds = time.perf_counter() - started
     after = fetch_stats(url)
     if result.errors:

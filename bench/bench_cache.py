@@ -66,7 +66,7 @@ def _evaluate_once(url: str, n: int, threads: int) -> float:
     dev = [dsp.Example(question=f"question {i}?", answer="Paris") for i in range(n)]
     with dsp.settings.context(lm=lm):
         started = time.perf_counter()
-        result = dsp.evaluate(program, dev, num_threads=threads, display_progress=False, display=False)
+        result = dsp.evaluate(program, dev, runner=threads, progress=False, display=False)
         seconds = time.perf_counter() - started
     if result.errors or result.score != 100.0:
         raise RuntimeError(f"evaluation went wrong: score {result.score}, {len(result.errors)} errors")

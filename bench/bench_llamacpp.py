@@ -12,7 +12,7 @@
    fused attention (`LlamaCpp(flash_attn=True)`) against the default kernels, alternating, and
    whether the greedy answers agree. `--long-only` runs just this part.
 
-Both models are loaded the same way (llama.cpp's extra weight buffers off, see dsp.clients.llamacpp).
+Both models are loaded the same way (llama.cpp's extra weight buffers off, see dsp.clients.llamacpp.native).
 Timings on a shared 2-core machine are noisy: compare figures from one run, not across runs; with
 other processes busy, --threads 1 gives steadier numbers (llama.cpp's threads spin-wait for each other).
 """
@@ -26,7 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsp.clients.llamacpp import LlamaCpp, _load_llama  # noqa: E402  (path set up above)
+from dsp.clients.llamacpp import LlamaCpp  # noqa: E402  (path set up above)
+from dsp.clients.llamacpp.native import load_llama  # noqa: E402
 
 
 def passage(seed: int, sentences: int) -> str:
@@ -107,7 +108,7 @@ def short_prompts(args: argparse.Namespace) -> None:
     """Parts 1 and 2: throughput against raw llama_cpp, and prefix reuse for n draws."""
 
     lm = LlamaCpp(n_ctx=2048, n_threads=args.threads)
-    raw = _load_llama(lm.model_path, 2048, lm.n_threads, 512, verbose=False, extra_buffers=False)
+    raw = load_llama(lm.model_path, 2048, lm.n_threads, 512, verbose=False, extra_buffers=False)
     texts = prompts(args.prompts, 40)
     sizes = [len(lm.tokenize(t)) + 1 for t in texts]
     print(f"model {lm.model} ({lm.model_bytes / 1e6:.0f} MB), threads {lm.n_threads}, "

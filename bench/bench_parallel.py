@@ -8,7 +8,7 @@ The LM is `tests/slow_lm_server.py --answer Paris`, an OpenAI-compatible server 
 request after --delay.
 Each example runs a program of 3 sequential LM calls:
 
-- ours: `dsp.evaluate(program, dev, num_threads=T)` where the program makes 3 `dsp.generate` calls
+- ours: `dsp.evaluate(program, dev, runner=T)` where the program makes 3 `dsp.generate` calls
   through `dsp.OpenAI(model_type="text", base_url=...)`, with the cache off;
 - DSPy: `dspy.Evaluate(devset=dev, num_threads=T)` of a module with 3 `dspy.Predict` calls through
   `dspy.LM("openai/slow", api_base=...)` (DSPy's default engine selection), caches off; run in DSPy's
@@ -63,7 +63,7 @@ def run_ours(url: str, n: int, threads: int) -> dict[str, Any]:
     program = make_program(CALLS)
     with dsp.settings.context(lm=lm, cache=False):
         started = time.perf_counter()
-        result = dsp.evaluate(program, dev, num_threads=threads, display_progress=False, display=False)
+        result = dsp.evaluate(program, dev, runner=threads, progress=False, display=False)
         seconds = time.perf_counter() - started
     if result.errors:
         raise RuntimeError(f"ours: {len(result.errors)} examples failed, e.g. {result.errors[0]['error']}")

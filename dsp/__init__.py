@@ -12,12 +12,13 @@ Programs pass Examples between a frozen LM and a frozen RM:
 from importlib import import_module
 from typing import Any
 
-from . import cache, datasets, utils
+from . import cache, datasets, stats, utils
 from .clients import (
-    LM, RM, ContextTooLong, E5Vectorizer, HashingVectorizer, OpenAIVectorizer, Passage, ReplayLM, ReplayRM,
-    RequestRejected, RetriesExhausted, RetryPolicy, ServiceError, UnrecordedRequest, Usage, Vectorizer,
+    LM, RM, ContextLengthExceeded, CountsTokens, E5Vectorizer, HashingVectorizer, OpenAIVectorizer, Passage, ReplayLM, ReplayRM,
+    RequestRejected, RetriesExhausted, RetryPolicy, ScoresOptions, ServiceError, UnrecordedRequest, Usage, Vectorizer,
 )
-from .evaluation import EvaluationResult, evaluate, summarize_seeds
+from .clients.specs import lm_from_spec, rm_from_spec
+from .evaluation import EvaluationResult, Fields, RunMismatch, evaluate, summarize_seeds
 from .example import Completions, Example
 from .metrics import (
     EM, F1, HotPotF1, answer_match, best_subspan_em, has_answer, nF1, normalize_text, passage_match,
@@ -39,21 +40,22 @@ __all__ = [
     # clients
     "LM", "RM", "Passage", "Usage", "ReplayLM", "ReplayRM", "UnrecordedRequest",
     "OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal",
-    "ContextOverflowError", "ModelFileError",
+    "ModelFileError", "ContextLengthExceeded", "CountsTokens", "ScoresOptions",
     "Vectorizer", "HashingVectorizer", "E5Vectorizer", "OpenAIVectorizer",
-    "RetryPolicy", "ServiceError", "RetriesExhausted", "RequestRejected", "ContextTooLong",
+    "RetryPolicy", "ServiceError", "RetriesExhausted", "RequestRejected",
     # primitives
     "generate", "majority", "branch", "retrieve", "fused_retrieval", "retrieveEnsemble", "rank",
     "annotate", "sample", "knn", "crossval", "all_but", "transformation", "order_passages", "ORDER_STRATEGIES",
     # metrics
     "normalize_text", "EM", "F1", "HotPotF1", "nF1", "best_subspan_em", "has_answer", "passage_match", "answer_match",
     # evaluation
-    "evaluate", "EvaluationResult", "summarize_seeds",
-    "utils", "datasets", "__version__",
+    "evaluate", "EvaluationResult", "summarize_seeds", "Fields", "RunMismatch",
+    # clients from text specs ("llamacpp", "openai:gpt-4o-mini", "bm25:passages.jsonl.gz", ...)
+    "lm_from_spec", "rm_from_spec",
+    "utils", "datasets", "stats", "__version__",
 ]
 
-_LAZY_CLIENTS = ("OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal",
-                 "ContextOverflowError", "ModelFileError")
+_LAZY_CLIENTS = ("OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal", "ModelFileError")
 
 
 def __getattr__(name: str) -> Any:

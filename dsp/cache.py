@@ -7,7 +7,8 @@ never evicted, and the store is shared safely by threads and processes (SQLite u
 
 The store is a `DiskStore` (diskcache, the default) or, when `settings.cache_url` / $DSP_CACHE_URL names
 a Redis server, a `dsp.cache_redis.RedisStore` holding the same keys and the same JSON text, so every
-process of a cluster reuses every call (see `get_store`).
+process of a cluster reuses every call (see `get_store`). In the opt-in "deferred" write mode new
+entries are committed in batches (see `dsp.cache_deferred`; `flush` commits them now).
 
 >>> request_key({"kind": "lm", "model": "m", "prompt": "hi"}) == request_key({"prompt": "hi", "model": "m", "kind": "lm"})
 True
@@ -15,7 +16,6 @@ True
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 import diskcache
 
+from .cache_deferred import flush, pending_of
 from .settings import settings
 
 __all__ = ["CACHE_FORMAT_VERSION", "request_key", "cache_enabled", "cache_dir", "cache_url", "cache_write_mode",
@@ -64,7 +65,26 @@ def request_key(request: Mapping[str, Any]) -> str:
 
 def _hash_request(request: Mapping[str, Any]) -> str:
     canonical = _KEY_ENCODER.encode({"dsp_cache_format": CACHE_FORMAT_VERSION, "request": request})
-    return sha256(canonical.encode("utf-8")).hexdigest()
+    try:
+        encoded = canonical.encode("utf-8")
+    except UnicodeEncodeError as error:  # clients refuse such a prompt or query; this names any other field
+        where = _surrogate_path(request, "request") or "the request"
+        raise ValueError(f"{where} contains a lone surrogate (\\u{ord(canonical[error.start]):04x}): not valid text, "
+                         "so the request cannot be cached") from None
+    return sha256(encoded).hexdigest()
+
+
+def _surrogate_path(value: Any, path: str) -> str:
+    """Where in a request the first string that is not valid text (holds a lone surrogate) is, or ""."""
+    if isinstance(value, str):
+        return path if any("\ud800" <= char <= "\udfff" for char in value) else ""
+    is_mapping = isinstance(value, Mapping)
+    items = value.items() if is_mapping else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for key, item in items:
+        found = _surrogate_path(item, f"{path}.{key}" if is_mapping else f"{path}[{key}]")
+        if found:
+            return found
+    return ""
 
 
 def cache_enabled() -> bool:
@@ -129,7 +149,8 @@ def encode_value(value: Any) -> str:
 
 
 class Store(Protocol):
-    """What `cached_call` needs of a store: `get` (a value or the miss sentinel) and set-if-absent `add`."""
+    """What `cached_call` needs of a store: `get` (a value or the miss sentinel), set-if-absent `add`,
+    and `discard` (only for an entry that holds an error response)."""
 
     def get(self, key: str) -> Any: ...
 
@@ -138,6 +159,8 @@ class Store(Protocol):
     def add_text(self, key: str, text: str) -> str: ...
 
     def add_many(self, texts: Mapping[str, str]) -> None: ...
+
+    def discard(self, key: str) -> None: ...
 
     def __len__(self) -> int: ...
 
@@ -223,6 +246,10 @@ class DiskStore:
                     if len(text) >= limit:
                         self._cache.add(key, text, retry=True)
 
+    def discard(self, key: str) -> None:
+        """Remove the entry of `key`, if any (an error response an older version stored)."""
+        self._cache.delete(key, retry=True)
+
     def __len__(self) -> int:
         return len(self._cache)
 
@@ -235,6 +262,16 @@ class DiskStore:
 
 _stores: dict[tuple[str, str, int], Store] = {}
 _stores_lock = threading.Lock()
+
+
+def _new_stores_lock() -> None:
+    """In a forked child: a lock another parent thread held at the fork would never be released here."""
+    global _stores_lock
+    _stores_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX only; elsewhere there is no fork
+    os.register_at_fork(after_in_child=_new_stores_lock)
 
 
 def get_store(directory: str | os.PathLike | None = None, *, url: str | None = None) -> Store:
@@ -379,91 +416,27 @@ def _freeze(value: Any, chars: list[int]) -> Any:
     return _UNFROZEN
 
 
-# -- deferred writes --------------------------------------------------------------------------------
-
-DEFERRED_BATCH = 512  # pending entries that trigger a commit
-DEFERRED_SECONDS = 2.0  # the oldest pending entry is committed at the next call after this long
-
-
-class _Pending:
-    """New entries of one store that this process has not committed yet (the "deferred" write mode).
-
-    A commit costs one SQLite transaction (or one Redis round trip) per batch instead of one per entry.
-    Entries are committed when `DEFERRED_BATCH` are pending, at the first call `DEFERRED_SECONDS` after
-    the oldest, by `flush()` (which `dsp.evaluate` calls before recording each example, so a recorded
-    row's calls are always stored), and at interpreter exit. What a process killed before then had
-    pending is lost, and is recomputed by the next run; two processes racing on one request may each
-    keep their own sample (the store keeps the first committed). Hence opt-in.
-    """
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self.pid = os.getpid()  # a forked child never commits its parent's entries over inherited connections
-        self.texts: dict[str, str] = {}
-        self.since = 0.0
-        self.retry_at = 0.0  # after a failed commit, the next automatic one waits until then
-        self.lock = threading.Lock()
-
-    def get(self, key: str) -> Any:
-        text = self.texts.get(key)
-        return _MISS if text is None else json.loads(text)
-
-    def add_text(self, key: str, text: str) -> str:
-        """Hold an encoded value for commit unless an earlier one is pending; return the text kept."""
-        with self.lock:
-            text = self.texts.setdefault(key, text)
-            now = time.monotonic()
-            if len(self.texts) == 1:
-                self.since = now
-            due = now >= self.retry_at and (len(self.texts) >= DEFERRED_BATCH or now - self.since >= DEFERRED_SECONDS)
-        if due:
-            try:
-                self.flush()
-            except Exception as error:  # the entries stay held: the call that got here must not fail
-                self.retry_at = time.monotonic() + DEFERRED_SECONDS
-                log.warning("dsp cache: could not commit %d pending entries to %r (%s: %s); they are kept and the "
-                            "commit is retried", len(self.texts), self.store, type(error).__name__, error)
-        return text
-
-    def flush(self) -> int:
-        """Commit what is pending; returns how many entries were committed."""
-        with self.lock:
-            if not self.texts or self.pid != os.getpid():
-                return 0
-            self.store.add_many(self.texts)
-            count = len(self.texts)
-            self.texts = {}  # only once committed: a reader always finds an entry here or in the store
-            return count
-
-
-_pending: dict[int, tuple[Any, _Pending]] = {}
-
-
-def _pending_of(store: Any) -> _Pending:
-    return _attached(_pending, store, _Pending)
-
-
-def flush() -> int:
-    """Commit every entry this process holds back in the "deferred" write mode; returns the count.
-
-    A no-op in the default "durable" mode, where nothing is ever pending.
-
-    >>> flush()
-    0
-    """
-    return sum(pending.flush() for _, pending in list(_pending.values()))
-
-
-atexit.register(flush)
-
-
-def cached_call(request: Mapping[str, Any], compute: Callable[[], Any]) -> tuple[Any, bool]:
+def cached_call(request: Mapping[str, Any], compute: Callable[[], Any],
+                check: Callable[[Any], None] | None = None) -> tuple[Any, bool]:
     """`compute()`'s result for `request`, from the cache when present. Returns (value, was_cached).
 
-    A request this process has already seen for this store is answered from memory (see `_Memory`).
+    `check(value)` raises (ValueError or TypeError) for a value that is an error rather than an answer
+    (an LM response without completions, say): such a value is raised, never stored, so the next call
+    computes again; a stored one (left by an older dsp) is dropped and computed again. A request this
+    process has already seen for this store is answered from memory (see `_Memory`).
+
+    >>> def no_empty(value):
+    ...     if not value: raise ValueError("empty")
+    >>> with settings.context(cache=False):
+    ...     cached_call({"q": 1}, lambda: [], check=no_empty)
+    Traceback (most recent call last):
+    ValueError: empty
     """
     if not cache_enabled():
-        return compute(), False
+        value = compute()
+        if check is not None:
+            check(value)
+        return value, False
     chars = [0]
     frozen = _freeze(request, chars)
     store = memory = None
@@ -471,22 +444,39 @@ def cached_call(request: Mapping[str, Any], compute: Callable[[], Any]) -> tuple
         store = get_store()
         memory = _memory_of(store)
         text = memory.get(frozen)
-        if text is not None:
+        if text is not None:  # only checked values get here
             return json.loads(text), True
     # A frozen request has already been checked for credentials (`_freeze` refuses them).
     key = _hash_request(request) if frozen is not _UNFROZEN else request_key(request)
     if store is None:
         store = get_store()  # after request_key, which refuses a bad request before a store is opened
-    pending = _pending_of(store) if cache_write_mode() == "deferred" else None
-    value = _MISS if pending is None else pending.get(key)
-    if value is _MISS:
-        value = store.get(key)
+    pending = pending_of(store) if cache_write_mode() == "deferred" else None
+    text = None if pending is None else pending.get_text(key)
+    value = json.loads(text) if text is not None else _stored_value(store, key, check)
     if value is not _MISS:
         if memory is not None:
             memory.put(frozen, chars[0], encode_value(value))
         return value, True
-    text = encode_value(compute())
+    value = compute()
+    if check is not None:
+        check(value)  # before any write: an error response must not answer every later identical call
+    text = encode_value(value)
     text = store.add_text(key, text) if pending is None else pending.add_text(key, text)
     if memory is not None:
         memory.put(frozen, chars[0], text)
     return json.loads(text), False  # exactly what a later cache hit will return
+
+
+def _stored_value(store: Store, key: str, check: Callable[[Any], None] | None) -> Any:
+    """The value `store` holds for `key`, or the miss sentinel; an entry `check` refuses is dropped."""
+    value = store.get(key)
+    if value is _MISS or check is None:
+        return value
+    try:
+        check(value)
+    except (TypeError, ValueError) as error:
+        # Older versions cached error responses for good; set-if-absent would keep it forever.
+        log.warning("dsp cache: dropping a cached error for %s in %r (%s); asking again", key, store, error)
+        store.discard(key)
+        return _MISS
+    return value

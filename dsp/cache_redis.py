@@ -126,6 +126,10 @@ class RedisStore:
             pipe.set(self.prefix + key, text.encode("utf-8"), nx=True)
         pipe.execute()
 
+    def discard(self, key: str) -> None:
+        """Remove the entry of `key`, if any (an error response an older version stored)."""
+        self._redis.delete(self.prefix + key)
+
     def __len__(self) -> int:
         # SCAN, not KEYS: it never blocks a shared server; a count is for inspection and tests.
         return sum(1 for _ in self._redis.scan_iter(match=self.prefix + "*", count=1000))

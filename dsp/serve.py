@@ -9,19 +9,21 @@ Endpoints (the API of the ColBERTv2 servers DSP v1 queried):
 A search answers ``{"query", "k", "topk": [{"text", "pid", "rank", "score", "prob"}, ...]}``, where
 `text` is the passage's ``"Title | text"`` (its `long_text`) and `pid` its id. `k` defaults to 10 and
 is capped at `max_k` (100), as on the public server. Errors are JSON ``{"error": "..."}``: 400 for a
-missing or empty query or a k that is not a positive integer, 404/405 for a wrong path or method,
-500 when the RM fails.
+missing or empty query, a query that is not valid Unicode (a lone surrogate), a k that is not a
+positive integer, or a body that is not a JSON object (or is nested absurdly deep); 404/405 for a wrong
+path or method; 500 when the RM fails. ``GET /health`` answers ``{"status": "ok", "rm", "provider",
+"index", "passages", "searches"}``: the RM's class, provider and index name, never a filesystem path.
 
 >>> server = make_server(BM25("passages.jsonl.gz"), port=0)        # doctest: +SKIP
 >>> threading.Thread(target=server.serve_forever, daemon=True).start()   # doctest: +SKIP
 >>> ColBERTv2(server.url + "/api/search")("Who wrote Hamlet?", k=3)   # doctest: +SKIP
 
-From a shell::
+From a shell (the `dsp` command)::
 
-    python -m dsp.serve --index wiki-bm25/              # a saved BM25 index directory
-    python -m dsp.serve --index passages.jsonl.gz       # build BM25 over a passages file at start-up
-    python -m dsp.serve --index wiki-e5/ --backend dense --port 8894
-    python -m dsp.serve --index wiki-colbert/ --backend colbert --checkpoint models/colbertv2.0
+    dsp serve --index wiki-bm25/              # a saved BM25 index directory
+    dsp serve --index passages.jsonl.gz       # build BM25 over a passages file at start-up
+    dsp serve --index wiki-e5/ --backend dense --port 8894
+    dsp serve --index wiki-colbert/ --backend colbert --checkpoint models/colbertv2.0
 
 The standard library's threaded HTTP server is enough for one machine's programs and evaluations;
 it listens on 127.0.0.1 unless told otherwise, and has no authentication: put a reverse proxy in
@@ -30,13 +32,12 @@ front of it before exposing it to a network.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
 import os
 import re
-import sys
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -45,7 +46,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .clients.rm import RM
 
-__all__ = ["make_server", "serve", "main", "RMServer", "DEFAULT_PORT", "DEFAULT_K", "MAX_K"]
+__all__ = ["make_server", "serve", "load_index", "RMServer", "DEFAULT_PORT", "DEFAULT_K", "MAX_K"]
 
 log = logging.getLogger("dsp.serve")
 
@@ -54,7 +55,10 @@ DEFAULT_K = 10   # the public ColBERTv2 server's default
 MAX_K = 100      # ... and its cap
 SEARCH_PATHS = ("/", "/api/search")
 MAX_BODY = 1 << 20  # a search request is a query and a number; anything bigger is a mistake or abuse
-_K_TEXT = re.compile(r"\s*\+?\d+\s*")
+_K_TEXT = re.compile(r"\s*\+?(?=[0-9])0*([0-9]*)\s*")  # group 1: the digits after leading zeros
+# A k past 18 digits is no count of passages but garbage or abuse (int() even refuses text of over 4,300
+# digits): it is refused, where a plausible k above max_k is capped, as the public server does.
+_K_DIGITS = 18
 
 
 class _BadRequest(Exception):
@@ -67,8 +71,13 @@ class _BadRequest(Exception):
 def _parse_k(value: Any, default_k: int, max_k: int) -> int:
     if value is None:
         return default_k
-    if isinstance(value, str) and _K_TEXT.fullmatch(value):
-        k = int(value)
+    match = _K_TEXT.fullmatch(value) if isinstance(value, str) else None
+    if match:
+        digits = match.group(1)
+        if len(digits) > _K_DIGITS:
+            raise _BadRequest(400, f"k must be a positive integer of at most {_K_DIGITS} digits (k is capped at "
+                                   f"{max_k}), got one of {len(digits)} digits")
+        k = int(digits or "0")
     elif isinstance(value, int) and not isinstance(value, bool):
         k = value
     else:
@@ -85,6 +94,12 @@ def _parse_query(value: Any) -> str:
         raise _BadRequest(400, f"'query' must be text, got {type(value).__name__}")
     if not value.strip():
         raise _BadRequest(400, "the search query is empty")
+    try:
+        # A JSON escape like \ud800 gives text no UTF-8 can hold, and the cache key and answer need UTF-8.
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise _BadRequest(400, f"'query' is not valid Unicode text: it holds a lone surrogate "
+                               f"{value[error.start]!r} at position {error.start}") from None
     return value
 
 
@@ -115,10 +130,28 @@ def _topk(passages: Sequence[Any]) -> list[dict[str, Any]]:
     return topk
 
 
+def _describe(rm: Any) -> dict[str, Any]:
+    """What /health tells a client about the RM: class, provider, index name and passage count. Not its
+    repr, which holds the server's file paths; the index name is the last part of its path alone."""
+    try:
+        passages = len(rm)
+    except TypeError:  # a duck-typed RM (a function) has no size
+        passages = None
+    source = getattr(rm, "index_dir", None) or getattr(rm, "source", None)
+    # An in-memory corpus's source is the word "passages": that names no index.
+    index = Path(source).name if isinstance(source, (str, os.PathLike)) and str(source) != "passages" else None
+    provider = getattr(rm, "provider", None)
+    return {"rm": type(rm).__name__, "provider": provider if isinstance(provider, str) else None,
+            "index": index or None, "passages": passages if isinstance(passages, int) else None}
+
+
 class RMServer(ThreadingHTTPServer):
     """A threading HTTP server holding the RM and the API settings; `url` is where it listens."""
 
     daemon_threads = True  # an idle keep-alive connection must not hold the process open
+    # The listen backlog (socketserver's default is 5): a burst of new connections beyond it has its
+    # SYNs dropped and resent after 1, 3, 7 s. The kernel caps it at net.core.somaxconn.
+    request_queue_size = max(1024, socket.SOMAXCONN)
 
     def __init__(self, address: tuple[str, int], rm: Callable[..., Any], *, default_k: int, max_k: int,
                  cache: bool | None, threadsafe: bool) -> None:
@@ -219,7 +252,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if method != "GET":
                     self._send_json(405, {"error": f"{method} /health: use GET"}, {"Allow": "GET"})
                     return
-                self._send_json(200, {"status": "ok", "rm": repr(self.server.rm), "searches": self.server.searches})
+                self._send_json(200, {"status": "ok", **_describe(self.server.rm), "searches": self.server.searches})
                 return
             params = self._params(method, body)
             query = _parse_query(params.get("query"))
@@ -246,6 +279,8 @@ class _Handler(BaseHTTPRequestHandler):
                 data = json.loads(body.decode("utf-8")) if body.strip() else None
             except (UnicodeDecodeError, ValueError) as error:
                 raise _BadRequest(400, f"the POST body is not valid JSON: {error}") from None
+            except RecursionError:  # json's decoder recurses once per [ or {
+                raise _BadRequest(400, "the POST body is JSON nested too deeply") from None
             if not isinstance(data, dict):
                 raise _BadRequest(400, 'a POST body must be a JSON object like {"query": "...", "k": 3}')
             params.update(data)  # the body wins over URL parameters
@@ -312,11 +347,16 @@ def serve(rm: Callable[..., Any], host: str = "127.0.0.1", port: int = DEFAULT_P
         server.server_close()
 
 
-def _load_rm(index: str, backend: str, vectorizer: str | None, checkpoint: str | None) -> Any:
-    """The RM for the command line: a saved index directory is loaded, a passages file indexed."""
+def load_index(index: str | os.PathLike, backend: str = "bm25", vectorizer: str | None = None,
+               checkpoint: str | None = None) -> Any:
+    """The RM to serve: a saved index directory is loaded, a passages file indexed (`backend` bm25, dense
+    or colbert; `vectorizer` e5 or hashing for a dense index built here).
+
+    >>> rm = load_index("wiki-bm25/")                      # doctest: +SKIP
+    """
     path = Path(index).expanduser()
     if not path.exists():
-        raise FileNotFoundError(f"--index {index}: no such file or directory")
+        raise FileNotFoundError(f"{index}: no such file or directory")
     if backend == "bm25":
         from .clients.bm25 import BM25  # imported here: the server module works without the backends
         return BM25.load(path) if path.is_dir() else BM25(path)
@@ -331,39 +371,9 @@ def _load_rm(index: str, backend: str, vectorizer: str | None, checkpoint: str |
     if backend == "colbert":
         from .clients.colbert_local import ColBERTLocal
         if not path.is_dir():
-            raise ValueError(f"--index {index}: the colbert backend needs an index directory built with "
+            raise ValueError(f"{index}: the colbert backend needs an index directory built with "
                              "ColBERTLocal.build_index")
         if not checkpoint:
-            raise ValueError("the colbert backend needs --checkpoint (a local ColBERTv2 checkpoint directory)")
+            raise ValueError("the colbert backend needs a checkpoint (a local ColBERTv2 checkpoint directory)")
         return ColBERTLocal(path, checkpoint)
     raise ValueError(f"unknown backend {backend!r}")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m dsp.serve --index PATH [--backend bm25|dense|colbert] [--host H] [--port P]`."""
-    parser = argparse.ArgumentParser(prog="python -m dsp.serve",
-                                     description="Serve a local dsp RM with the ColBERTv2 server API.")
-    parser.add_argument("--index", required=True,
-                        help="a saved index directory, or a passages .jsonl(.gz) file ({id, title, text} rows)")
-    parser.add_argument("--backend", choices=("bm25", "dense", "colbert"), default="bm25")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
-    parser.add_argument("--vectorizer", choices=("e5", "hashing"), default="e5",
-                        help="dense backend over a passages file: the embedding model (default e5)")
-    parser.add_argument("--checkpoint", help="colbert backend: the ColBERTv2 checkpoint directory")
-    parser.add_argument("--max-k", type=int, default=MAX_K, help=f"largest k served (default {MAX_K})")
-    parser.add_argument("--no-cache", action="store_true", help="do not put searches in the dsp disk cache")
-    parser.add_argument("--log-level", default=os.environ.get("DSP_LOG_LEVEL", "INFO"))
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        rm = _load_rm(args.index, args.backend, args.vectorizer, args.checkpoint)
-        serve(rm, args.host, args.port, max_k=args.max_k, cache=False if args.no_cache else None)
-    except (OSError, ValueError, ImportError) as error:
-        print(f"dsp.serve: {error}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

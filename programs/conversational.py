@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 import dsp
 from templates.qa import conv_qa, conv_qa_with_context, conv_rewrite
 
-__all__ = ["format_history", "vanilla", "retrieve_then_read", "dsp_program", "Conversations", "PROGRAMS"]
+__all__ = ["format_history", "vanilla", "retrieve_then_read", "dsp_program", "Conversations", "PROGRAMS", "PRESETS"]
 
 Turns = Sequence[tuple[str, str]]
 
@@ -78,7 +78,8 @@ class Conversations:
     of one conversation run in order under a lock; conversations run in parallel.
 
     >>> runner = Conversations(turns, lambda q, h: dsp_program(q, h, train))       # doctest: +SKIP
-    >>> dsp.evaluate(runner, turns, inputs=None, metric=...)                        # doctest: +SKIP
+    >>> dsp.evaluate(runner, turns, fields=dsp.Fields(inputs=("Conversation_no", "Turn_no", "question")),
+    ...              metric=...)                                                    # doctest: +SKIP
     """
 
     def __init__(self, turns: Sequence[dsp.Example], program: Callable[[str, Turns], dsp.Example]) -> None:
@@ -117,3 +118,6 @@ PROGRAMS = {
     "retrieve_then_read": retrieve_then_read,
     "dsp": dsp_program,
 }
+
+# Named option sets of the DSP program (the paper's are its defaults).
+PRESETS: dict[str, dict] = {"paper": {}}

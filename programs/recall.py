@@ -4,23 +4,23 @@ For the first N questions of the Lost-in-the-Middle NQ oracle file, whose gold p
 the Wikipedia-2018 sample, report recall@1/5/20 of BM25 with the question alone, and with CombSUM
 fusion of the question and n LM-written search queries (the DSP rewrite template, sampled).
 
-    python -m programs.recall --n 300 --rewrites 5 [--lm llamacpp]
+    dsp recall --n 300 --rewrites 5 [--lm llamacpp]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import dsp
-from dsp.clients.specs import lm_from_spec
 from dsp.datasets import data_path, few_shot_train, load_litm_oracle
+from programs.cli.options import add_lm, add_n, add_out, lm_spec, nonnegative_int
 from templates.qa import rewrite
 
-__all__ = ["gold_ids", "recall_at", "main"]
+__all__ = ["gold_ids", "recall_at", "rewrites_for", "add_parser", "cmd_recall"]
 
 KS = (1, 5, 20)
 
@@ -58,23 +58,28 @@ def rewrites_for(question: str, train: list[dsp.Example], n: int) -> list[str]:
     return [c.get("query") or "" for c in completions] + [question]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m programs.recall")
-    parser.add_argument("--n", type=int, default=300)
-    parser.add_argument("--rewrites", type=int, default=5)
-    parser.add_argument("--lm", default=None)
-    parser.add_argument("--out", default="runs/results/nq-recall.json")
-    args = parser.parse_args(argv)
+def add_parser(sub: Any) -> None:
+    recall = sub.add_parser("recall", help="gold-passage recall@1/5/20 of BM25 on NQ: the question alone vs "
+                                           "fused LM-written queries")
+    add_n(recall, "NQ questions (the first N of the oracle file)", default=300)
+    recall.add_argument("--rewrites", type=nonnegative_int, default=5,
+                        help="LM-written queries per question (0: the question alone, no LM)")
+    add_lm(recall)
+    add_out(recall, "runs/results/nq-recall.json", "the JSON report")
+    recall.set_defaults(handler=cmd_recall)
 
+
+def cmd_recall(args: argparse.Namespace) -> int:
+    spec = lm_spec(args) if args.rewrites else None
     questions = load_litm_oracle()
     dev, train = questions[: args.n], few_shot_train(questions[2000:], k=16, seeds=[0])[0]
     rm = dsp.BM25(data_path("wiki2018/passages.jsonl.gz"))
     gold = gold_ids(dev, list(rm.passages))
     started = time.perf_counter()
     single = [[p["id"] for p in rm(q.question, k=20)] for q in dev]
-    report = {"n": len(dev), "single": recall_at(single, gold)}
+    report: dict[str, Any] = {"n": len(dev), "single": recall_at(single, gold)}
     if args.rewrites:
-        lm = lm_from_spec(args.lm)
+        lm = dsp.lm_from_spec(spec)
         with dsp.settings.context(lm=lm, rm=rm):
             fused = []
             for q in dev:
@@ -87,7 +92,3 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(json.dumps(report))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from dsp.clients.lm import LM
+from dsp.clients.lm import LM, CountsTokens
 from dsp.clients.rm import RM
 
-__all__ = ["ScriptedLM", "ListRM"]
+__all__ = ["ScriptedLM", "ListRM", "WordCountingLM"]
 
 
 class ScriptedLM(LM):
@@ -44,3 +44,19 @@ class ListRM(RM):
     def _search(self, query: str, k: int, **params: Any) -> list[dict]:
         self.queries.append((query, k))
         return sorted(self.passages, key=lambda p: -p["score"])[:k]
+
+
+class WordCountingLM(ScriptedLM, CountsTokens):
+    """A scripted LM that declares its own tokenizer: one token per word, a context of `n_ctx` words."""
+
+    n_ctx = 4096
+
+    def tokenize(self, text: str, add_bos: bool = False) -> list[int]:
+        return list(range(len(text.split())))
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def truncate(self, text: str, max_tokens: int, keep: str = "start", separator: str = "\n...\n") -> str:
+        words = text.split()
+        return " ".join(words[:max_tokens] if keep == "start" else words[len(words) - max_tokens:])

@@ -13,7 +13,7 @@ import pytest
 from helpers import ScriptedLM
 
 import dsp
-from dsp import cache
+from dsp import cache, cache_deferred
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -39,13 +39,13 @@ def test_entries_wait_for_a_flush_and_answer_meanwhile(tmp_path, monkeypatch):
 
 def test_a_full_batch_or_an_old_entry_commits(tmp_path, monkeypatch):
     directory = str(tmp_path / "c")
-    monkeypatch.setattr(cache, "DEFERRED_BATCH", 3)
-    monkeypatch.setattr(cache, "DEFERRED_SECONDS", 3600.0)
+    monkeypatch.setattr(cache_deferred, "DEFERRED_BATCH", 3)
+    monkeypatch.setattr(cache_deferred, "DEFERRED_SECONDS", 3600.0)
     with dsp.settings.context(cache_dir=directory, cache_write="deferred"):
         for i in range(7):
             cache.cached_call({"q": i}, lambda: i)
         assert _stored(directory) == 6  # two batches of three; the seventh waits
-        monkeypatch.setattr(cache, "DEFERRED_SECONDS", 0.0)
+        monkeypatch.setattr(cache_deferred, "DEFERRED_SECONDS", 0.0)
         cache.cached_call({"q": 7}, lambda: 7)  # the oldest pending entry is overdue: both commit
         assert _stored(directory) == 8
 
@@ -92,9 +92,9 @@ _KILLED_RUN = textwrap.dedent('''
 
     dev = [dsp.Example(question=f"say w{{i}}", answer=f"w{{i}}") for i in range(8)]
     with dsp.settings.context(cache_dir={cache_dir!r}, cache_write="deferred"):
-        dsp.evaluate(program, dev, out={out!r}, display_progress=False, display=False)
+        dsp.evaluate(program, dev, out={out!r}, progress=False, display=False)
     if {kill_after} == 0:
-        print("pending", sum(len(p.texts) for _, p in dsp.cache._pending.values()))
+        print("pending", dsp.cache_deferred.pending_count())
 ''')
 
 
@@ -108,13 +108,13 @@ def _run(tmp_path, kill_after: int) -> subprocess.CompletedProcess:
 def test_every_recorded_row_has_its_calls_stored_even_when_killed(tmp_path):
     killed = _run(tmp_path, kill_after=5)
     assert killed.returncode == 9, killed.stderr
-    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    rows = dsp.evaluation.read_run(tmp_path / "rows.jsonl")[1]
     assert len(rows) == 4  # the fifth example was killed before its row was written
     store = cache.get_store(tmp_path / "c")
     assert len(store) == 4  # exactly the recorded rows' calls: the killed example's call was pending, and lost
     finished = _run(tmp_path, kill_after=0)  # the rerun resumes, and exits normally
     assert finished.returncode == 0, finished.stderr
-    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    rows = dsp.evaluation.read_run(tmp_path / "rows.jsonl")[1]
     assert sorted(r["index"] for r in rows) == list(range(8)) and all(r["score"] == 1.0 for r in rows)
     assert len(store) == 8 and "pending 0" in finished.stdout
 
@@ -161,7 +161,7 @@ def test_a_batch_writes_the_rows_diskcache_writes_and_never_overwrites(tmp_path)
 
 def test_a_failed_commit_keeps_the_entries_and_the_call_succeeds(tmp_path, monkeypatch, caplog):
     directory = str(tmp_path / "c")
-    monkeypatch.setattr(cache, "DEFERRED_BATCH", 2)
+    monkeypatch.setattr(cache_deferred, "DEFERRED_BATCH", 2)
     store = cache.get_store(directory)
     real_add_many, failures = store.add_many, []
 

@@ -1,4 +1,5 @@
-"""The `dsp` command and the client specs: runs, errors that list the valid names, the main job."""
+"""The `dsp` command and the client specs: one parser, arguments checked before any model loads (one line,
+exit 2, no traceback), runs that can never report stale rows, failed examples that fail the run."""
 
 from __future__ import annotations
 
@@ -7,27 +8,35 @@ import subprocess
 import sys
 
 import pytest
+from slow_lm_server import SlowLMServer
 
 import dsp
-from dsp.cli import main
-from dsp.clients.specs import SpecError, llamacpp_options, lm_from_spec, parse_spec, rm_from_spec
+from dsp.clients.specs import (
+    SpecError, check_lm_spec, llamacpp_options, lm_from_spec, parse_spec, rm_from_spec, with_options,
+)
+from programs.cli import build_parser, main
 
 
 def test_specs_build_clients_and_name_the_valid_kinds(tmp_path):
     assert parse_spec("bm25:/x/y.jsonl") == ("bm25", "/x/y.jsonl", {})
     lm = lm_from_spec("openai-compatible:http://127.0.0.1:9/v1,model=gemma,type=chat")
     assert (lm.model, lm.model_type, lm.spec) == ("gemma", "chat", "openai-compatible:http://127.0.0.1:9/v1,model=gemma,type=chat")
+    assert lm.name == "openai:gemma"
     with pytest.raises(SpecError, match="unknown LM 'gpt5'.*valid LMs: llamacpp, openai, openai-compatible"):
         lm_from_spec("gpt5:x")
     with pytest.raises(SpecError, match="unknown RM 'es'.*valid RMs: bm25, dense, colbertv2, replay"):
         rm_from_spec("es:http://x")
     with pytest.raises(SpecError, match="'bm25:' needs passages file or index dir"):
         rm_from_spec("bm25:")
+    with pytest.raises(SpecError, match="openai spec: unknown option.*n_ctx.*it takes type"):
+        check_lm_spec("openai:gpt-4o-mini,n_ctx=8")
     passages = tmp_path / "p.jsonl"
     passages.write_text(json.dumps({"id": "a", "title": "T", "text": "some text"}) + "\n")
     rm = rm_from_spec(f"bm25:{passages}")
     rm.save(tmp_path / "index")
     assert rm_from_spec(f"bm25:{tmp_path / 'index'}")("text", k=1)[0]["id"] == "a"
+    with pytest.raises(SpecError, match="neither a passages file nor a saved index"):
+        rm_from_spec(f"bm25:{tmp_path / 'missing.jsonl'}")
 
 
 def test_llamacpp_spec_options_are_checked():
@@ -40,25 +49,146 @@ def test_llamacpp_spec_options_are_checked():
         llamacpp_options({"flash_attn": "maybe"})
     with pytest.raises(SpecError, match="unknown option.*n_gpu_layers.*takes n_ctx, n_threads, flash_attn"):
         lm_from_spec("llamacpp:,n_gpu_layers=99")
+    with pytest.raises(SpecError, match="llamacpp: /nowhere/m.gguf is not a file"):
+        check_lm_spec("llamacpp:/nowhere/m.gguf")
+    # one spec builder: command-line options become spec options, so the spec rebuilds the same client
+    assert with_options("llamacpp:,flash_attn=1", n_ctx=8192, n_threads=2) == "llamacpp:,flash_attn=1,n_ctx=8192,n_threads=2"
 
 
-def test_unknown_dataset_program_and_preset_list_the_valid_ones(data_dir, capsys):
-    with pytest.raises(SystemExit, match="unknown dataset 'trivia'; choose one of: nq, nq-open, squad, hotpotqa, qrecc"):
-        main(["run", "dsp", "--dataset", "trivia", "--lm", "replay:" + str(data_dir / "dsp_v1/dsp_v1_intro_lm.jsonl")])
-    with pytest.raises(SystemExit, match="has no program 'rag'; choose one of: vanilla, retrieve_then_read, self_ask, dsp"):
-        main(["run", "rag", "--dataset", "nq", "--n", "1",
-              "--lm", "replay:" + str(data_dir / "dsp_v1/dsp_v1_intro_lm.jsonl")])
-    with pytest.raises(SystemExit, match="no preset 'huge'.*presets: paper, small"):
-        main(["run", "dsp", "--dataset", "nq", "--n", "1", "--preset", "huge",
-              "--lm", "replay:" + str(data_dir / "dsp_v1/dsp_v1_intro_lm.jsonl")])
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fail the test if anything builds an LM or an index: every check must come before."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model or index was loaded before the arguments were checked")
+
+    monkeypatch.setattr(dsp, "lm_from_spec", refuse)
+    monkeypatch.setattr(dsp, "rm_from_spec", refuse)
+    monkeypatch.setattr(dsp, "BM25", refuse)
 
 
-def test_a_program_needing_a_field_the_dataset_lacks_says_which(monkeypatch):
-    from dsp import cli
+BAD_ARGUMENTS = [
+    (["run", "vanilla", "--n", "-5"], "--n: must be a positive integer, got '-5'"),
+    (["run", "vanilla", "--n", "0"], "--n: must be a positive integer, got '0'"),
+    (["run", "vanilla", "--shots", "-1"], "--shots: must be an integer >= 0, got '-1'"),
+    (["run", "vanilla", "--seeds", "a,b"], "--seed/--seeds: takes comma-separated integers, got 'a,b'"),
+    (["run", "vanilla", "--threads", "0"], "--threads: must be a positive integer, got '0'"),
+    (["run", "vanilla", "--lm", "foo:bar"], "--lm: unknown LM 'foo' in 'foo:bar'; valid LMs: llamacpp"),
+    (["run", "vanilla", "--lm", "llamacpp:/nowhere/model.gguf"], "llamacpp: /nowhere/model.gguf is not a file"),
+    (["run", "vanilla", "--lm", "openai:gpt-4o-mini", "--n-ctx", "8192"],
+     "--n-ctx apply to the embedded llamacpp model, not to --lm openai:gpt-4o-mini"),
+    (["run", "vanilla", "--rm", "bm25:/nowhere/passages.jsonl"],
+     "--rm: bm25: /nowhere/passages.jsonl is neither a passages file nor a saved index directory"),
+    (["run", "vanilla", "--dataset", "trivia"], "argument --dataset: invalid choice: 'trivia'"),
+    (["run", "rag"], "dataset nq has no program 'rag'; choose one of: vanilla, retrieve_then_read, self_ask, dsp"),
+    (["run", "dsp", "--preset", "huge"], "no preset 'huge' for nq; presets: paper, small"),
+    (["run", "retrieve_then_read", "--preset", "small"], "preset 'small' is for the dsp program; program "
+                                                          "'retrieve_then_read' has no option"),
+    (["run", "vanilla", "--set", "bogus=1"], "program 'vanilla' has no option 'bogus'; its options: n_demos"),
+    (["run", "retrieve_then_read", "--set", "k=abc"], "--set k: takes an integer, got 'abc'"),
+    (["run", "dsp", "--set", "cot=perhaps"], "--set cot: takes true or false, got 'perhaps'"),
+    (["run", "dsp", "--set", "k"], "--set takes key=value, got 'k'"),
+    (["run", "vanilla", "--shots", "100000"], "--shots 100000: the training pool has only"),
+    (["run", "vanilla", "--ray-address", "auto"], "--ray-address, --batch-size and --global-concurrency need --backend ray"),
+    (["ask", "who?", "--program", "nosuch"], "dataset nq has no program 'nosuch'"),
+    (["index", "--passages", "/nowhere/p.jsonl", "--out", "x"], "argument --passages: /nowhere/p.jsonl: no such file"),
+    (["serve", "--index", "/nowhere/index"], "argument --index: /nowhere/index: no such file or directory"),
+    (["demo", "--n", "-5"], "--n: must be a positive integer, got '-5'"),
+    (["demo", "--programs", "vanilla,nosuch"], "--programs: unknown nosuch"),
+    (["recall", "--n", "0"], "--n: must be a positive integer, got '0'"),
+]
 
-    task = cli.Task("toy", None, [], [dsp.Example(query="q", answer=["a"])], dsp.EM, None)
-    with pytest.raises(SystemExit, match="needs field\\(s\\) question, which dev example 0 of dataset toy lacks"):
-        cli._check_fields(task, "vanilla")
+
+@pytest.mark.parametrize("argv, message", BAD_ARGUMENTS, ids=[" ".join(a) for a, _ in BAD_ARGUMENTS])
+def test_a_bad_argument_is_one_line_and_exit_2_before_any_model_loads(argv, message, data_dir, no_model, capsys):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert message in err, err
+    assert "\n" not in err and "Traceback" not in captured.err + captured.out
+    assert err.startswith(f"dsp {argv[0]}: error: ")
+
+
+def test_a_bad_argument_in_a_real_process_prints_no_traceback():
+    out = subprocess.run([sys.executable, "-m", "programs.cli", "run", "vanilla", "--n", "-5"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+
+
+def test_help_shows_defaults_and_the_right_program_names(capsys):
+    assert main(["serve", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: dsp serve") and "(default: 8893)" in " ".join(text.split())
+    assert main(["run", "--help"]) == 0
+    text = capsys.readouterr().out
+    for option in ("--lm", "--rm", "--n", "--threads", "--out", "--seed"):
+        assert option in text
+    flat = " ".join(text.split())
+    assert "(default: runs)" in flat and "(default: nq)" in flat and "(default: None)" not in flat
+
+
+def test_every_subcommand_shares_the_option_names():
+    """--n, --threads, --out and the LM options mean the same everywhere; no --limit or --n-threads left."""
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # noqa: SLF001 - argparse keeps them only here
+    seen = {}
+    for name, sub in commands.items():
+        options = {o for action in sub._actions for o in action.option_strings}
+        seen[name] = options
+        assert not options & {"--limit", "--n-threads", "--num-threads"}, name
+    for name in ("run", "ask", "demo", "recall"):
+        assert {"--lm", "--n-ctx", "--lm-threads"} <= seen[name], name
+    assert {"--n", "--threads", "--out"} <= seen["run"] and {"--n", "--threads", "--out"} <= seen["demo"]
+
+
+def test_the_console_script_lists_every_command():
+    out = subprocess.run([sys.executable, "-m", "programs.cli", "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    for command in ("run", "ask", "index", "serve", "recall", "litm", "detectiveqa", "demo"):
+        assert command in out
+
+
+def _rows(path):
+    return dsp.evaluation.read_run(path)[1]
+
+
+def test_a_changed_run_never_yields_rows_of_the_old_one(data_dir, tmp_path, capsys):
+    """The issue's case: `--set k=3` into an --out holding k=1 rows printed the old score with 0 LM requests."""
+    out = str(tmp_path)
+    with SlowLMServer(delay=0.0) as server:
+        base = ["run", "retrieve_then_read", "--dataset", "nq", "--n", "3", "--shots", "4", "--lm", server.spec,
+                "--out", out]
+        assert main([*base, "--set", "k=1"]) == 0
+        first = capsys.readouterr().out
+        assert "'requests': 3" in first  # one LM call per question
+        assert main([*base, "--set", "k=3"]) == 0  # its own file: runs, never reuses the k=1 rows
+        again = capsys.readouterr().out
+        assert "resumed" not in again and "'requests': 3" in again
+        assert (tmp_path / "nq-retrieve_then_read-shots4-seed0.jsonl").exists()   # k=1 is the default: no suffix
+        assert (tmp_path / "nq-retrieve_then_read-k3-shots4-seed0.jsonl").exists()
+        k3 = _rows(tmp_path / "nq-retrieve_then_read-k3-shots4-seed0.jsonl")
+        assert all(len(r["context"]) == 3 for r in k3)
+        # the same command resumes, and says from where
+        assert main([*base, "--set", "k=3"]) == 0
+        resumed = capsys.readouterr().out
+        assert "resumed 3 rows from" in resumed and "'requests': 0" in resumed
+        port = server.spec
+    with SlowLMServer(delay=0.0) as other:  # another LM (another server) on the same --out is refused
+        assert other.spec != port
+        argv = ["run", "retrieve_then_read", "--dataset", "nq", "--n", "3", "--shots", "4", "--lm", other.spec,
+                "--out", out, "--set", "k=3"]
+        assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds rows of another run (lm.lm.base_url:" in err and "\n" not in err
+    assert len(_rows(tmp_path / "nq-retrieve_then_read-k3-shots4-seed0.jsonl")) == 3  # nothing mixed in
+
+
+def test_a_run_with_failed_examples_exits_non_zero_and_names_the_first_error(data_dir, tmp_path, capsys):
+    recording = data_dir / "dsp_v1" / "dsp_v1_intro_lm.jsonl"  # holds none of these NQ prompts
+    code = main(["run", "vanilla", "--dataset", "nq", "--n", "2", "--shots", "2", "--lm", f"replay:{recording}",
+                 "--out", str(tmp_path)])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "2 example(s) failed; the first (example 0 in" in err and "UnrecordedRequest" in err
 
 
 def test_run_and_resume_with_the_embedded_model(data_dir, tmp_path, capsys):
@@ -66,7 +196,7 @@ def test_run_and_resume_with_the_embedded_model(data_dir, tmp_path, capsys):
     args = ["run", "retrieve_then_read", "--dataset", "nq", "--n", "2", "--out", str(tmp_path), "--set", "k=1"]
     assert main(args) == 0
     first = capsys.readouterr().out
-    rows = [json.loads(line) for line in (tmp_path / "nq-retrieve_then_read-seed0.jsonl").read_text().splitlines()]
+    rows = _rows(tmp_path / "nq-retrieve_then_read-seed0.jsonl")
     assert [r["index"] for r in sorted(rows, key=lambda r: r["index"])] == [0, 1]
     assert all(r["context"] and r["trace"] and r["usage"]["requests"] + r["usage"]["cached_requests"] >= 1 for r in rows)
     assert "95% CI" in first and "retrieve_then_read on nq" in first
@@ -74,18 +204,26 @@ def test_run_and_resume_with_the_embedded_model(data_dir, tmp_path, capsys):
     assert "'requests': 0" in capsys.readouterr().out
 
 
-def test_the_console_script_is_installed():
-    out = subprocess.run([sys.executable, "-m", "dsp.cli", "--help"], capture_output=True, text=True, check=True).stdout
-    for command in ("run", "ask", "index", "serve", "litm", "detectiveqa", "demo"):
-        assert command in out
+def test_ask_shows_the_models_raw_text_and_marks_a_cut_prompt(data_dir, capsys):
+    with SlowLMServer(delay=0.0) as server:
+        assert main(["ask", "who wrote hamlet", "--program", "retrieve_then_read", "--lm", server.spec,
+                     "--set", "k=3"]) == 0
+    out = capsys.readouterr().out
+    assert "--- stage qa: prompt (" in out and "earlier characters not shown; --full prints the whole prompt" in out
+    marker = out.index("earlier characters not shown")
+    shown = out[out.index("\n", marker) + 1:]
+    assert shown.splitlines()[0] == "" or not shown.startswith(" ")  # the cut falls at a line start
+    assert "Question: who wrote hamlet" in out and "answer:" in out
 
 
 def test_hotpotqa_retrieves_from_a_pool_holding_its_supporting_pages(data_dir):
-    from dsp.cli import _rm_for, load_task
+    from programs.cli.run import build_rm
+    from programs.tasks import TASKS
 
-    task = load_task("hotpotqa", 20, 0)
-    rm = _rm_for(task, None)
+    task = TASKS["hotpotqa"]
+    _, dev = task.load(20, 0)
+    rm = build_rm(task, None)
     # One query per question already finds a supporting page in the top 5 for nearly every question;
     # both pages need the second hop (measured on the 100-question sample: 99 and 53 of 100).
-    found = [set(e.gold_titles) & {p.title for p in rm(e.question, k=5)} for e in task.dev]
+    found = [set(e.gold_titles) & {p.title for p in rm(e.question, k=5)} for e in dev]
     assert sum(bool(f) for f in found) >= 18 and sum(len(f) == 2 for f in found) < 20

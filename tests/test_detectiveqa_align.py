@@ -1,4 +1,4 @@
-"""dsp.detectiveqa.align and .model: JSON, lenient and logprob paths (the embedded model and an
+"""programs.detectiveqa.align and .model: JSON, lenient and logprob paths (the embedded model and an
 OpenAI-compatible server), and the benchmark's model interface."""
 
 from __future__ import annotations
@@ -7,11 +7,12 @@ import math
 
 import pytest
 
-from dsp.detectiveqa import (
-    LMModel, Question, align_reply, ask_model, parse_json_reply, question_list, render_prompt,
+import dsp
+from programs.detectiveqa import (
+    LMModel, Question, align_reply, ask_model, letter_scores, parse_json_reply, question_list, render_prompt,
     scores_from_logprobs,
 )
-from dsp.detectiveqa.align import FALLBACK_SUFFIX
+from programs.detectiveqa.align import FALLBACK_SUFFIX
 
 from helpers import ScriptedLM
 from serve_helpers import StubServer
@@ -156,6 +157,56 @@ def test_an_lm_without_logprobs_ends_at_none():
     aligned = align_reply("no letter here", PROMPT, lm=lm, options=QUESTION.options)
     assert (aligned.answer, aligned.path) == (None, "none") and "no logprobs" in aligned.detail["why"]
     assert lm.prompts == [PROMPT + "no letter here" + FALLBACK_SUFFIX]
+
+
+class OptionScoring(ScriptedLM, dsp.ScoresOptions):
+    """A scripted LM that declares it scores given continuations."""
+
+    def __init__(self, scores):
+        super().__init__(lambda prompt, request: ["never asked"])
+        self.scores, self.scored = scores, []
+
+    def option_logprobs(self, prompt, options, cache=None):
+        self.scored.append((prompt, list(options)))
+        return {option: self.scores[option.strip()] for option in options}
+
+
+def test_a_scores_options_lm_is_scored_with_option_logprobs():
+    lm = OptionScoring({"A": -3.0, "B": -0.5, "C": -2.0, "D": -4.0})
+    aligned = align_reply("I am not sure.", PROMPT, lm=lm, options=QUESTION.options)
+    assert (aligned.answer, aligned.path) == ("B", "logprob")
+    assert aligned.scores == {"A": -3.0, "B": -0.5, "C": -2.0, "D": -4.0}
+    assert lm.scored == [(PROMPT + "I am not sure." + FALLBACK_SUFFIX, [" A", " B", " C", " D"])]
+    assert lm.prompts == []  # scored exactly: no completion was asked for
+
+
+def test_an_undeclared_option_logprobs_method_is_not_probed():
+    """An LM with an option_logprobs method that does not declare dsp.ScoresOptions is asked for one
+    token with logprobs, like any other LM."""
+    class Undeclared(ScriptedLM):
+        def option_logprobs(self, prompt, options, cache=None):
+            raise AssertionError("an undeclared capability was used")
+
+    top = {" C": -0.3, " A": -1.5}
+    lm = Undeclared(lambda prompt, request: [{"text": " C", "finish_reason": "length",
+                                              "logprobs": {"tokens": [" C"], "top_logprobs": [top]}}])
+    aligned = align_reply("Hmm.", PROMPT, lm=lm, options=QUESTION.options)
+    assert (aligned.answer, aligned.path, aligned.scores) == ("C", "logprob", {"A": -1.5, "C": -0.3})
+    assert lm.prompts == [PROMPT + "Hmm." + FALLBACK_SUFFIX]
+
+
+def test_logprobs_are_read_from_this_calls_history_entry():
+    """Threads share an LM: another call may land in lm.history after this one; its entry is not read."""
+    class Busy(ScriptedLM):
+        def __call__(self, prompt, **params):
+            out = super().__call__(prompt, **params)
+            self.history.append({"prompt": "another thread's prompt", "response": {"choices": [{"text": "x"}]}})
+            return out
+
+    lm = Busy(lambda prompt, request: [{"text": " D", "finish_reason": "length",
+                                        "logprobs": {"tokens": [" D"], "top_logprobs": [{" D": -0.1, " B": -2.0}]}}])
+    assert letter_scores(lm, "Which one?") == {"B": -2.0, "D": -0.1}
+    assert lm.history[-1]["prompt"] == "another thread's prompt"
 
 
 def test_scores_from_logprobs_shapes():

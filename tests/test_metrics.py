@@ -8,6 +8,7 @@ import json
 import pytest
 
 import dsp
+from dsp import metrics
 
 
 def test_normalize_text_follows_dsp():
@@ -43,13 +44,41 @@ def test_novel_f1_ignores_words_from_the_conversation_and_stopwords():
     assert dsp.nF1(history, "Steve Jobs founded Apple", ["Steve Wozniak"]) == 0.0
     assert dsp.F1("Steve Jobs founded Apple", ["Steve Wozniak"]) > 0  # plain F1 rewards the repetition
     assert dsp.nF1([history], "in 1976", ["1976"]) == 1.0
-    assert dsp.nF1(history, "Steve Jobs", ["Steve Jobs"]) == 1.0  # no novel gold word: plain F1
+    assert dsp.nF1(history, "Steve Jobs", ["Steve Jobs"]) == 0.0  # no novel gold word: 0, as in DSP v1
+    assert dsp.nF1(history, "Steve Jobs", ["Steve Jobs"], variant="dsp-extended") == 1.0  # the old fallback
     assert dsp.nF1(history, "Wozniak and others", ["Wozniak"], return_recall=True) == 1.0
+
+
+def test_novel_f1_uses_dsp_v1_stopwords_by_default():
+    """Issue 15.11: 26 NLTK contraction fragments ("won", "ll", "didn", ...) were stopwords here, not in DSP v1."""
+    assert dsp.nF1("", "won", ["won paris"]) == pytest.approx(2 / 3)
+    assert dsp.nF1("", "won", ["won paris"], variant="dsp-extended") == 0.0
+    assert len(metrics.STOPWORDS) == 127 and "won" not in metrics.STOPWORDS
+    assert len(metrics.STOPWORDS_EXTENDED - metrics.STOPWORDS) == 26
+
+
+def test_novel_f1_gives_nothing_when_no_gold_word_is_novel():
+    """Issue 15.11: a gold answer of only stopwords/history words fell back to plain F1; DSP v1 gives 0."""
+    assert dsp.nF1("Tell me about Paris, France.", "The no", ["no"]) == 0.0
+    assert dsp.nF1("Tell me about Paris, France.", "The no", ["no"], return_recall=True) == 0.0
+    assert dsp.nF1("Tell me about Paris, France.", "The no", ["no"], variant="dsp-extended") == 1.0
+    assert dsp.nF1("Paris?", "Paris", ["Paris", "Lyon"]) == 0.0
 
 
 def test_best_subspan_em_matches_lost_in_the_middle():
     assert dsp.best_subspan_em("The answer is Ernest Hemingway, I think", ["ernest hemingway"]) == 1.0
     assert dsp.best_subspan_em("Hemingway", ["Ernest Hemingway"]) == 0.0
+
+
+@pytest.mark.parametrize("prediction, gold, expected", [
+    ("a\u0301 x", "the\u0301 x", 0.0),  # a combining mark is a word character to `regex`, not to `re`
+    ("a\u200d x", "the\u200d x", 0.0),  # so is ZWJ
+    ("an\U0001e4d0 x", "the\U0001e4d0 x", 0.0),  # and a Unicode 15 letter unknown to Python 3.11's `re`
+    ("\u00b2 x", "the\u00b2 x", 1.0),  # "²" is one to `re`, not to `regex`: "the" is an article here
+])
+def test_best_subspan_em_strips_articles_with_regex_as_lost_in_the_middle_does(prediction, gold, expected):
+    """Issue 15.12: articles were found with `re`, whose word characters differ from `regex`'s."""
+    assert dsp.best_subspan_em(prediction, [gold]) == expected
 
 
 def test_has_answer_is_a_token_match_not_a_substring():

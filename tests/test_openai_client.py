@@ -27,9 +27,10 @@ import pytest
 
 import dsp
 from dsp.cache import request_key
+from dsp.clients.lm import ContextLengthExceeded
 from dsp.clients.openai import GPT3, LOCAL_PLACEHOLDER_KEY, OpenAI, normalize_base_url
 from dsp.clients.retry import (
-    ContextTooLong, Failure, RequestRejected, Retrier, RetriesExhausted, RetryPolicy, ServiceError,
+    Failure, RequestRejected, Retrier, RetriesExhausted, RetryPolicy, ServiceError,
     parse_retry_after,
 )
 from dsp.clients.v1 import V1_COMPLETION_DEFAULTS
@@ -268,7 +269,7 @@ def test_reliability_under_faults(workers, model_type, fake_key, tmp_path, caplo
 
 @pytest.mark.parametrize("status, message, code, error_type, says", [
     (400, "This model's maximum context length is 2048 tokens, however you requested 3006 tokens "
-          "(3002 in your prompt; 4 for the completion).", "context_length_exceeded", ContextTooLong,
+          "(3002 in your prompt; 4 for the completion).", "context_length_exceeded", ContextLengthExceeded,
      "prompt is too long for the model's context window"),
     (400, "Invalid value for 'temperature': must be <= 2.", None, RequestRejected, "rejected the request as invalid"),
     (401, "Incorrect API key provided: {key}. You can find your API key at ...", "invalid_api_key", RequestRejected,
@@ -593,7 +594,7 @@ def test_llama_cpp_server_text_and_chat(llama_server, tmp_path):
         assert chat("What is the capital of France?", only_completed=False, cache=False) == answer
         assert chat.usage.prompt_tokens > 0 and chat.usage.completion_tokens > 0
 
-        with pytest.raises(ContextTooLong, match="context window") as caught:
+        with pytest.raises(ContextLengthExceeded, match="context window") as caught:
             text("hello " * 3000, max_tokens=4)
         assert caught.value.attempts == 1 and caught.value.status == 400
     print(f"\n[llama.cpp server] text={first[0]!r} n=3 -> {sampled!r} chat={answer[0]!r} "

@@ -128,8 +128,9 @@ def test_conversations_feed_the_programs_own_answers_not_the_gold():
     assert out.answer == "my answer to q3"
     assert seen[-1] == ("q3", [("q1", "my answer to q1"), ("q2", "my answer to q2")])
     assert not any("gold" in str(s) for s in seen)
-    result = dsp.evaluate(runner, turns, inputs=None, metric=lambda p, g: float(p == "my answer to q1"),
-                          display=False, display_progress=False)
+    fields = dsp.Fields(inputs=("Conversation_no", "Turn_no", "question"))
+    result = dsp.evaluate(runner, turns, fields=fields, metric=lambda p, g: float(p == "my answer to q1"),
+                          display=False, progress=False)
     assert [r["prediction"] for r in result.rows] == ["my answer to q1", "my answer to q2", "my answer to q3"]
     with pytest.raises(ValueError, match="turn 3 needs turns 1..2"):
         conversational.Conversations(turns[2:], program)(turns[2])
@@ -141,7 +142,8 @@ def test_conversational_programs_run_on_a_conversation():
     with dsp.settings.context(lm=lm, rm=ListRM(RM), cache=False):
         for name, program in conversational.PROGRAMS.items():
             runner = conversational.Conversations(turns, lambda q, h, p=program: p(q, h, turns))
-            result = dsp.evaluate(runner, turns, inputs=None, display=False, display_progress=False)
+            result = dsp.evaluate(runner, turns, fields=dsp.Fields(inputs=("Conversation_no", "Turn_no", "question")),
+                                  display=False, progress=False)
             assert result.score == 100.0, name
     assert "User: q1?\nAssistant: Paris" in lm.history[-1]["prompt"]
 

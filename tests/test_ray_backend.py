@@ -1,4 +1,4 @@
-"""dsp.evaluate(backend="ray") on a real local Ray cluster (2 CPUs), against the thread backend.
+"""dsp.evaluate(runner=Ray(...)) on a real local Ray cluster (2 CPUs), against the thread runner.
 
 The Ray backend must give the thread backend's per-example results (intro replay; 100 NQ-open questions
 on the embedded model, each backend with its own fresh cache), reuse every call through a shared Redis
@@ -8,7 +8,6 @@ to ship live clients or clients it cannot rebuild.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from slow_lm_server import SlowLMServer
 
 import dsp
 from dsp.clients.specs import lm_from_spec, rm_from_spec
+from dsp.evaluation import Ray
 from programs import intro, open_qa
 
 COMPARED = ("index", "id", "question", "gold", "prediction", "score", "error", "trace", "context")
@@ -35,7 +35,8 @@ def _same_rows(a: dsp.EvaluationResult, b: dsp.EvaluationResult) -> None:
 
 
 def _jsonl(path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The rows of a results file (its header line left out)."""
+    return dsp.evaluation.read_run(path)[1]
 
 
 def _need_ray() -> None:
@@ -47,7 +48,7 @@ def _need_ray() -> None:
 
 def test_importing_dsp_and_evaluating_on_threads_never_imports_ray():
     code = ("import sys, dsp; dsp.evaluate(str.upper, [dsp.Example(question='q', answer='Q')], display=False, "
-            "display_progress=False); print('ray' in sys.modules, 'redis' in sys.modules)")
+            "progress=False); print('ray' in sys.modules, 'redis' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
 
@@ -58,16 +59,16 @@ def test_clients_travel_as_specs_never_as_objects():
     lm = ScriptedLM(lambda prompt, request: [" a"])
     with dsp.settings.context(lm=lm):
         with pytest.raises(ValueError, match=r"rebuilds the LM on every worker from its spec, and ScriptedLM\(model='scripted'\) has none"):
-            dsp.evaluate(lambda q: dsp.settings.lm(q)[0], dev, backend="ray", display=False, display_progress=False)
-    from dsp.backends.ray import LiveClientError
+            dsp.evaluate(lambda q: dsp.settings.lm(q)[0], dev, runner=Ray(), display=False, progress=False)
+    from dsp.evaluation.ray import LiveClientError
 
     with pytest.raises(LiveClientError, match=r"holds a live client, ScriptedLM"):
-        dsp.evaluate(lambda q: lm(q)[0], dev, backend="ray", display=False, display_progress=False)
+        dsp.evaluate(lambda q: lm(q)[0], dev, runner=Ray(), display=False, progress=False)
     with pytest.raises(TypeError, match="cannot be sent to Ray workers"):
         held = threading.Lock()
-        dsp.evaluate(lambda q: held and q, dev, backend="ray", display=False, display_progress=False)
-    with pytest.raises(ValueError, match="apply to backend='ray' only"):
-        dsp.evaluate(str, dev, global_concurrency=2, display=False)
+        dsp.evaluate(lambda q: held and q, dev, runner=Ray(), display=False, progress=False)
+    with pytest.raises(ValueError, match="global_concurrency must be a positive integer, got 0"):
+        Ray(global_concurrency=0)
 
 
 def test_ray_and_threads_agree_on_the_five_intro_programs(data_dir, tmp_path, ray_cluster):
@@ -75,14 +76,15 @@ def test_ray_and_threads_agree_on_the_five_intro_programs(data_dir, tmp_path, ra
     d = data_dir / "dsp_v1"
     results = {}
     for backend in ("threads", "ray"):
+        runner = Ray(threads=4, batch_size=3) if backend == "ray" else 4
         lm = lm_from_spec(f"replay:{d / 'dsp_v1_intro_lm.jsonl'}")
         rm = rm_from_spec(f"replay:{d / 'dsp_v1_intro_rm.jsonl'}")
         # Ray's side also defers its cache writes: its workers must commit them before returning their rows.
         write = "deferred" if backend == "ray" else "durable"
         with dsp.settings.context(lm=lm, rm=rm, cache_dir=str(tmp_path / f"cache-{backend}"), cache_write=write):
             results[backend] = [
-                dsp.evaluate(partial(program, train=train), dev, num_threads=4, backend=backend, batch_size=3,
-                             out=tmp_path / f"{name}-{backend}.jsonl", display_progress=False, display=False)
+                dsp.evaluate(partial(program, train=train), dev, runner=runner,
+                             out=tmp_path / f"{name}-{backend}.jsonl", progress=False, display=False)
                 for name, program in intro.PROGRAMS.items()
             ]
     for threads, ray_ in zip(results["threads"], results["ray"]):
@@ -107,14 +109,14 @@ def test_nq_open_100_on_the_embedded_model_threads_ray_and_redis(data_dir, tmp_p
     short = {"max_tokens": 12}  # answers are a few words; overrides travel to the workers too
     runs = {}
     with dsp.settings.context(lm=lm, rm=rm, lm_overrides=short, cache_dir=str(tmp_path / "threads-cache")):
-        runs["threads"] = dsp.evaluate(program, dev, num_threads=2, out=tmp_path / "threads.jsonl",
-                                       display_progress=False, display=False)
+        runs["threads"] = dsp.evaluate(program, dev, runner=2, out=tmp_path / "threads.jsonl",
+                                       progress=False, display=False)
     # The Ray run has its own fresh cache too (Redis, empty): equal rows are a real determinism check.
     with dsp.settings.context(lm=lm, rm=rm, lm_overrides=short, cache_url=redis_url):
-        runs["ray"] = dsp.evaluate(program, dev, backend="ray", num_threads=1, batch_size=5,
-                                   out=tmp_path / "ray.jsonl", display_progress=False, display=False)
-        runs["again"] = dsp.evaluate(program, dev, backend="ray", num_threads=2, batch_size=10,
-                                     out=tmp_path / "again.jsonl", display_progress=False, display=False)
+        runs["ray"] = dsp.evaluate(program, dev, runner=Ray(threads=1, batch_size=5),
+                                   out=tmp_path / "ray.jsonl", progress=False, display=False)
+        runs["again"] = dsp.evaluate(program, dev, runner=Ray(threads=2, batch_size=10),
+                                     out=tmp_path / "again.jsonl", progress=False, display=False)
     _same_rows(runs["threads"], runs["ray"])
     _same_rows(runs["ray"], runs["again"])
     assert all(r["error"] is None for r in runs["ray"].rows) and len(_jsonl(tmp_path / "ray.jsonl")) == 100
@@ -128,9 +130,9 @@ def test_a_client_the_workers_cannot_rebuild_stops_the_run_with_its_error(tmp_pa
     lm = ScriptedLM(lambda prompt, request: [" a"])
     lm.spec = f"replay:{tmp_path / 'missing.jsonl'}"  # a spec that names nothing on the workers
     dev = [dsp.Example(question=f"q{i}", answer="a") for i in range(4)]
-    with dsp.settings.context(lm=lm), pytest.raises(RuntimeError, match="FileNotFoundError: recording not found"):
-        dsp.evaluate(ray_programs.three_calls, dev, backend="ray", out=tmp_path / "run.jsonl", display=False,
-                     display_progress=False)
+    with dsp.settings.context(lm=lm), pytest.raises(RuntimeError, match="SpecError: replay: .*missing.jsonl is not a file"):
+        dsp.evaluate(ray_programs.three_calls, dev, runner=Ray(), out=tmp_path / "run.jsonl", display=False,
+                     progress=False)
     assert not (tmp_path / "run.jsonl").exists() or not _jsonl(tmp_path / "run.jsonl")
 
 
@@ -156,11 +158,11 @@ def test_a_killed_worker_loses_no_result(tmp_path, ray_cluster):
         killer = threading.Thread(target=kill_the_held_worker)
         killer.start()
         with dsp.settings.context(lm=lm_from_spec(server.spec), cache_dir=str(tmp_path / "ray-cache")):
-            result = dsp.evaluate(program, dev, metric=lambda p, g: 0.0, backend="ray", num_threads=2,
-                                  batch_size=4, out=tmp_path / "run.jsonl", display_progress=False, display=False)
+            result = dsp.evaluate(program, dev, metric=lambda p, g: 0.0, runner=Ray(threads=2, batch_size=4),
+                                  out=tmp_path / "run.jsonl", progress=False, display=False)
         killer.join()
         with dsp.settings.context(lm=lm_from_spec(server.spec), cache_dir=str(tmp_path / "threads-cache")):
-            reference = dsp.evaluate(program, dev, metric=lambda p, g: 0.0, num_threads=4, display_progress=False,
+            reference = dsp.evaluate(program, dev, metric=lambda p, g: 0.0, runner=4, progress=False,
                                      display=False)
     assert killed, "the held worker was never seen"
     with pytest.raises(ProcessLookupError):
@@ -175,13 +177,14 @@ import sys
 import ray, dsp, ray_programs
 from functools import partial
 from dsp.clients.specs import lm_from_spec
+from dsp.evaluation import Ray
 
 ray.init(address={address!r}, runtime_env={{"env_vars": {{"PYTHONPATH": {path!r}}}}}, log_to_driver=False)
 dev = [dsp.Example(question=f"question {{i}}", answer="-") for i in range(40)]
 program = partial(ray_programs.gated_three_calls, gate={gate!r}, hold="question 30")
 with dsp.settings.context(lm=lm_from_spec({spec!r}), cache_dir={cache!r}):
-    result = dsp.evaluate(program, dev, metric=lambda p, g: 1.0, backend="ray", num_threads=2, batch_size=2,
-                          out={out!r}, display_progress=False)
+    result = dsp.evaluate(program, dev, metric=lambda p, g: 1.0, runner=Ray(threads=2, batch_size=2),
+                          out={out!r}, progress=False)
 print(result.score, len(result.rows))
 """
 
@@ -232,8 +235,9 @@ def test_seeds_and_summaries_match_the_thread_backend(ray_cluster):
     dev = [dsp.Example(question=f"q{i}", answer="t0") for i in range(6)]
     tables = {}
     for backend in ("threads", "ray"):
-        results = [dsp.evaluate(lambda q: dsp.sample(train, 1)[0].question, dev, seed=s, backend=backend,
-                                num_threads=2, display=False, display_progress=False) for s in range(3)]
+        runner = Ray(threads=2) if backend == "ray" else 2
+        results = [dsp.evaluate(lambda q: dsp.sample(train, 1)[0].question, dev, seed=s, runner=runner,
+                                display=False, progress=False) for s in range(3)]
         tables[backend] = dsp.summarize_seeds(results)
         tables[backend, "rows"] = [[r["prediction"] for r in result.rows] for result in results]
     assert tables["threads", "rows"] == tables["ray", "rows"] and len({tuple(r) for r in tables["ray", "rows"]}) > 1
@@ -245,22 +249,23 @@ def test_a_global_limit_caps_lm_requests_across_workers(tmp_path, ray_cluster):
     program = ray_programs.three_calls
     with SlowLMServer(delay=0.05) as server:
         with dsp.settings.context(lm=lm_from_spec(server.spec)):
-            result = dsp.evaluate(program, dev, metric=lambda p, g: 0.0, backend="ray", num_threads=4, batch_size=4,
-                                  global_concurrency=2, display_progress=False, display=False)
+            result = dsp.evaluate(program, dev, metric=lambda p, g: 0.0,
+                                  runner=Ray(threads=4, batch_size=4, global_concurrency=2), progress=False,
+                                  display=False)
         # 2 workers x 4 threads could have 8 requests in flight; the limit allows 2
         assert server.requests == 72 and 1 <= server.peak <= 2
     assert len(result.rows) == 24 and not result.errors
 
 
 def test_dsp_run_with_the_ray_backend(tmp_path, ray_cluster, capsys, data_dir):
-    from dsp.cli import main
+    from programs.cli import main
 
     with SlowLMServer(delay=0.01) as server:
         code = main(["run", "vanilla", "--dataset", "nq-open", "--n", "4", "--shots", "4", "--lm", server.spec,
                      "--backend", "ray", "--threads", "2", "--global-concurrency", "2", "--out", str(tmp_path)])
     assert code == 0
-    rows = _jsonl(tmp_path / "nq-open-vanilla-seed0.jsonl")
+    rows = _jsonl(tmp_path / "nq-open-vanilla-shots4-seed0.jsonl")
     assert sorted(r["index"] for r in rows) == [0, 1, 2, 3] and all(r["error"] is None for r in rows)
-    assert "LM usage (all workers): {'requests': 4" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="need --backend ray"):
-        main(["run", "vanilla", "--dataset", "nq-open", "--n", "1", "--ray-address", "auto"])
+    assert "LM usage: {'requests': 4" in capsys.readouterr().out
+    assert main(["run", "vanilla", "--dataset", "nq-open", "--n", "1", "--ray-address", "auto"]) == 2
+    assert "need --backend ray" in capsys.readouterr().err

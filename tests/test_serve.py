@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from dsp.serve import MAX_K, main, make_server
+from dsp.serve import MAX_K, load_index, make_server
 from serve_helpers import PASSAGES, TinyRM, served
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -206,9 +206,16 @@ def test_a_port_in_use_is_a_clear_error(server):
         make_server(TinyRM(), port=server.server_address[1])
 
 
-def test_main_reports_a_missing_index(capsys, tmp_path):
-    assert main(["--index", str(tmp_path / "nowhere.jsonl")]) == 2
-    assert "nowhere.jsonl" in capsys.readouterr().err
+def test_a_missing_index_is_named(capsys, tmp_path):
+    from programs.cli import main
+
+    assert main(["serve", "--index", str(tmp_path / "nowhere.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "nowhere.jsonl: no such file or directory" in err and err.count("\n") == 1
+    with pytest.raises(FileNotFoundError, match="nowhere.jsonl: no such file"):
+        load_index(tmp_path / "nowhere.jsonl")
+    with pytest.raises(ValueError, match="needs a checkpoint"):
+        load_index(tmp_path, backend="colbert")
 
 
 # -- with the project's BM25 and the wiki17 sample (when both are there) ----------------------------------
@@ -238,7 +245,8 @@ def test_command_line_serves_a_passages_file(data_dir, tmp_path, backend):
     passages = data_dir / "hotpotqa" / "wiki17_abstracts_sample.jsonl.gz"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DSP_CACHE": "0"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "dsp.serve", "--index", str(passages), *backend, "--port", "0", "--log-level", "INFO"],
+        [sys.executable, "-m", "programs.cli", "serve", "--index", str(passages), *backend, "--port", "0",
+         "--log-level", "INFO"],
         cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         text=True,
     )

@@ -9,25 +9,24 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from .lm import LM, Usage
+from .lm import LM, ContextLengthExceeded, CountsTokens, ScoresOptions, Usage
 from .replay import ReplayLM, ReplayRM, UnrecordedRequest
-from .retry import ContextTooLong, RequestRejected, RetriesExhausted, RetryPolicy, ServiceError
+from .retry import RequestRejected, RetriesExhausted, RetryPolicy, ServiceError
 from .rm import RM, Passage
 from .vectorizers import E5Vectorizer, HashingVectorizer, OpenAIVectorizer, Vectorizer
 
 __all__ = [
-    "LM", "Usage", "RM", "Passage", "ReplayLM", "ReplayRM", "UnrecordedRequest",
+    "LM", "Usage", "ContextLengthExceeded", "CountsTokens", "ScoresOptions", "RM", "Passage", "ReplayLM", "ReplayRM", "UnrecordedRequest",
     "Vectorizer", "HashingVectorizer", "E5Vectorizer", "OpenAIVectorizer",
-    "RetryPolicy", "ServiceError", "RetriesExhausted", "RequestRejected", "ContextTooLong",
-    "OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal",
-    "ContextOverflowError", "ModelFileError",
+    "RetryPolicy", "ServiceError", "RetriesExhausted", "RequestRejected",
+    "OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal", "ModelFileError",
 ]
 
 # name -> module of the clients whose dependencies are heavy or optional
 _LAZY = {
     "OpenAI": "openai", "GPT3": "openai", "LlamaCpp": "llamacpp", "BM25": "bm25", "DenseRM": "dense",
     "ColBERTv2": "colbertv2", "ColBERTLocal": "colbert_local",
-    "ContextOverflowError": "llamacpp", "ModelFileError": "llamacpp",
+    "ModelFileError": "llamacpp",
 }
 
 

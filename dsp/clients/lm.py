@@ -4,11 +4,18 @@ A concrete client says who it is (`cache_identity`), which parameters a request 
 (`build_request`) and how one request is answered (`_request`, returning
 ``{"choices": [{"text", "finish_reason"}, ...], "usage": {...}}``). Everything else lives here:
 
-- every request goes through the disk cache (key = the client's identity + the whole request);
+- every request goes through the disk cache (key = the client's identity + the whole request); a
+  response that is an error (no completions, or malformed) raises and is never cached;
+- a prompt that is not valid text (a lone surrogate) is refused before any cache or backend work;
 - n>1 on a backend that samples one completion at a time becomes n seeded draws, each cached on its
   own, so a rerun reproduces the same samples and asking for more reuses the ones already drawn;
 - completions cut by the length limit are dropped when at least one finished (DSP v1 behaviour);
-- `history` keeps the last calls (bounded) and `usage` sums tokens of real (uncached) requests.
+- `history` keeps the last calls (bounded) and `usage` sums tokens of real (uncached) requests;
+- a prompt that does not fit the context window raises `ContextLengthExceeded`, whatever the client;
+- optional capabilities are declared by inheriting `CountsTokens` (count, tokenize and cut text in the
+  model's own tokens) or `ScoresOptions` (log-probabilities of given continuations), and callers
+  check them with `isinstance`, never by probing attributes;
+- `name` ("provider:model") is how a client is shown in logs, tables and result files.
 
 >>> class Echo(LM):
 ...     provider = "echo"
@@ -23,14 +30,15 @@ from __future__ import annotations
 import copy
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from .. import cache as _cache
 from ..settings import settings
 
-__all__ = ["LM", "Usage", "HISTORY_SIZE"]
+__all__ = ["LM", "Usage", "ContextLengthExceeded", "CountsTokens", "ScoresOptions", "HISTORY_SIZE", "check_text"]
 
 HISTORY_SIZE = 1000  # calls kept per client: enough to inspect a run, bounded for long evaluations
 
@@ -66,6 +74,102 @@ class Usage:
             self.cost += (prompt_tokens * prices[0] + completion_tokens * prices[1]) / 1e6
 
 
+class ContextLengthExceeded(ValueError):
+    """The prompt plus the tokens asked for does not fit the model's context window.
+
+    The one error every client raises for it (the embedded model before evaluating anything, an HTTP
+    client when the server says so). It is never retried: the same request cannot succeed. Known
+    figures travel with it: `prompt_tokens`, `requested` (tokens to generate) and `limit` (the window);
+    an HTTP client also sets `service`, `status`, `model` and `base_url`.
+
+    >>> error = ContextLengthExceeded("too long", prompt_tokens=5000, requested=100, limit=4096)
+    >>> isinstance(error, ValueError), error.limit
+    (True, 4096)
+    """
+
+    def __init__(self, message: str, *, prompt_tokens: int | None = None, requested: int | None = None,
+                 limit: int | None = None, service: str | None = None, status: int | None = None,
+                 model: str | None = None, base_url: str | None = None, attempts: int | None = None) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.requested = requested
+        self.limit = limit
+        self.service = service
+        self.status = status
+        self.model = model
+        self.base_url = base_url
+        self.attempts = attempts
+        self.kind = "context_length"
+
+
+class CountsTokens(ABC):
+    """Capability: the LM counts, tokenizes and cuts text in its own tokens, and has a context window.
+
+    A client declares it by inheriting it; callers check ``isinstance(lm, CountsTokens)``.
+    """
+
+    n_ctx: int  # the context window in tokens (prompt + completion)
+
+    @abstractmethod
+    def tokenize(self, text: str, add_bos: bool = False) -> list[int]:
+        """Token ids of `text`; a prompt adds the BOS token the model expects."""
+
+    @abstractmethod
+    def count_tokens(self, text: str) -> int:
+        """How many tokens `text` takes (no BOS)."""
+
+    @abstractmethod
+    def truncate(self, text: str, max_tokens: int, keep: str = "start", separator: str = "\n...\n") -> str:
+        """`text` cut to at most `max_tokens` tokens, keeping the "start", the "end" or "both" ends."""
+
+
+class ScoresOptions(ABC):
+    """Capability: the LM gives log P(option | prompt) for given continuations (multiple choice).
+
+    A client declares it by inheriting it; callers check ``isinstance(lm, ScoresOptions)``.
+    """
+
+    @abstractmethod
+    def option_logprobs(self, prompt: str, options: Iterable[str], cache: bool | None = None) -> dict[str, float]:
+        """{option: summed token log-probability of `option` as the continuation of `prompt`}."""
+
+
+def check_text(text: str, what: str) -> None:
+    """Raise a ValueError naming `what` when `text` is not valid text: a lone surrogate (say from bytes
+    decoded with errors="surrogateescape") can be neither hashed into a cache key nor sent to a backend.
+
+    >>> check_text("a\\ud800", "the prompt")
+    Traceback (most recent call last):
+    ValueError: the prompt contains a lone surrogate (\\ud800) at character 1: not valid text
+    """
+    if text.isascii():  # the usual case, answered without encoding anything
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{what} contains a lone surrogate (\\u{ord(text[error.start]):04x}) at character "
+                         f"{error.start}: not valid text") from None
+
+
+def _response_problem(response: Any) -> str | None:
+    """What makes a backend's response an error rather than an answer, or None for a good one."""
+    if not isinstance(response, Mapping):
+        return f"a malformed response (a {type(response).__name__}, not an object)"
+    choices = response.get("choices")
+    if not isinstance(choices, (list, tuple)):
+        return f"a malformed response (no 'choices' list: {str(response)[:120]})"
+    if not choices:
+        return "no completions"
+    for i, choice in enumerate(choices):
+        if not isinstance(choice, Mapping) or not isinstance(choice.get("text"), str):
+            return f"a malformed response (choice {i} has no 'text' string: {str(choice)[:120]})"
+        try:
+            check_text(choice["text"], f"choice {i}")  # e.g. JSON cut inside an escaped surrogate pair
+        except ValueError as error:
+            return f"a malformed response ({error})"
+    return None
+
+
 _ATOMIC = frozenset({str, int, float, bool, type(None)})
 
 
@@ -83,6 +187,7 @@ class LM:
 
     provider = "lm"
     native_n = True  # False: the backend returns one completion per request; n>1 is n seeded draws
+    spec: str | None = None  # the text spec that rebuilds this client (set by dsp.lm_from_spec)
     # USD per 1M (prompt, completion) tokens, when known; used for Usage.cost.
     prices: tuple[float, float] | None = None
 
@@ -94,6 +199,15 @@ class LM:
         self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY_SIZE)
         self.usage = Usage()
         self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        """How this client is shown in logs, tables and result files: "provider:model".
+
+        >>> LM("gpt-x").name
+        'lm:gpt-x'
+        """
+        return f"{self.provider}:{self.model}"
 
     # -- what a subclass provides -----------------------------------------------------------------
 
@@ -118,6 +232,7 @@ class LM:
         """
         if not isinstance(prompt, str):
             raise TypeError(f"a prompt must be text, got {type(prompt).__name__}: {prompt!r:.80}")
+        check_text(prompt, "the prompt")
         if not prompt.strip():
             raise ValueError("the prompt is empty")
         request = self.build_request(prompt, **params)
@@ -128,9 +243,7 @@ class LM:
             response, cached = self._draw_each(request, n, cache)
         else:
             response, cached = self._cached_request(request, cache)
-        choices = response.get("choices") or []
-        if not choices:
-            raise ValueError(f"{self!r} returned no completions for a prompt ending {prompt[-80:]!r}")
+        choices = response["choices"]  # checked by _cached_request: a non-empty list of completions
         kept = choices
         if only_completed and any(c.get("finish_reason") != "length" for c in choices):
             kept = [c for c in choices if c.get("finish_reason") != "length"]
@@ -150,12 +263,21 @@ class LM:
 
         def compute() -> dict[str, Any]:
             response = self._request(_copy_request(request))
-            self._account(response, cached=False)
+            # Counted even when it is an error: the backend was asked (and may have charged).
+            self._account(response if isinstance(response, Mapping) else {}, cached=False)
             return response
 
+        def check(response: Any) -> None:
+            problem = _response_problem(response)
+            if problem is not None:
+                raise ValueError(f"{self!r} returned {problem} for a prompt ending {request['prompt'][-80:]!r}")
+
         if cache is False:
-            return compute(), False
-        response, cached = _cache.cached_call(key_request, compute)
+            response = compute()
+            check(response)
+            return response, False
+        # The check runs before the cache stores anything: an error is never an answer for later calls.
+        response, cached = _cache.cached_call(key_request, compute, check=check)
         if cached:
             self._account(response, cached=True)
         return response, cached
@@ -186,8 +308,20 @@ class LM:
 
     # -- inspection -------------------------------------------------------------------------------
 
-    def inspect_history(self, n: int = 1, printed: bool = True) -> str:
-        """Show the last `n` prompts, each followed by its completions; returns the text shown."""
+    def inspect_history(self, n: int = 1, printed: bool = True) -> str | None:
+        """Show the last `n` prompts, each followed by its completions (the first in green).
+
+        Prints the text and returns None (so a notebook shows it once), or with ``printed=False`` returns
+        it without printing.
+
+        >>> class Echo(LM):
+        ...     def _request(self, request):
+        ...         return {"choices": [{"text": " ok", "finish_reason": "stop"}]}
+        >>> lm = Echo("echo")
+        >>> _ = lm("Q: hi\\nA:", cache=False)
+        >>> lm.inspect_history(printed=False)
+        'Q: hi\\nA:\\x1b[32m ok\\x1b[0m'
+        """
         blocks = []
         for entry in list(self.history)[-n:]:
             shown = entry["completions"]
@@ -195,9 +329,10 @@ class LM:
             rest = f"\n\n\t(and {len(shown) - 1} other completions)" if len(shown) > 1 else ""
             blocks.append(f"{entry['prompt']}\x1b[32m{first}\x1b[0m{rest}")
         text = "\n\n\n".join(blocks)
-        if printed:
-            print("\n\n" + text + "\n\n")
-        return text
+        if not printed:
+            return text
+        print("\n\n" + text + "\n\n")
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r})"

@@ -10,7 +10,9 @@ Reliability: the openai package's own retries are off; `dsp.clients.retry` retri
 server quietly returns fewer choices (llama.cpp's does), further requests top the answer up to n.
 
 The API key lives only inside the openai client object: it is never in a cache key, a log message,
-`history`, an error message or a repr.
+`history`, an error message or a repr. Credentials in the base URL (``http://user:password@host/v1``) are
+sent as HTTP Basic auth, as the HTTP layer would, but taken out of the URL first: the URL the openai
+client holds (and httpx logs with every request) has no userinfo, and messages show it as ``***@``.
 
 >>> lm = OpenAI("gpt-4o-mini", api_key="sk-...")                                     # doctest: +SKIP
 >>> lm("Question: Who wrote Hamlet?\\nAnswer:", max_tokens=10)                       # doctest: +SKIP
@@ -20,12 +22,13 @@ The API key lives only inside the openai client object: it is never in a cache k
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import ipaddress
 import json
 import os
 from typing import Any, Mapping
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import openai as _openai
 
@@ -45,6 +48,43 @@ _SECRET_QUERY_NAMES = frozenset({"key", "api_key", "api-key", "apikey", "token",
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+def _redact_url(url: str) -> str:
+    """`url` fit for a message: userinfo shown as ``***`` and secret-looking query values blanked.
+
+    >>> _redact_url("http://me:pw@host/v1?api_key=abc&v=2")
+    'http://***@host/v1?api_key=***&v=2'
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    query = urlencode([(k, "***" if k.lower() in _SECRET_QUERY_NAMES else v)
+                       for k, v in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _split_userinfo(url: str) -> tuple[str, str | None]:
+    """`url` without its ``user:password@``, and the Basic Authorization header those make (None if none).
+
+    httpx turns a URL's userinfo into Basic auth, but also logs the URL whole with every request; the
+    header carries the same credentials without putting them into the URL.
+
+    >>> _split_userinfo("http://me:p%40ss@host:8000/v1")
+    ('http://host:8000/v1', 'Basic bWU6cEBzcw==')
+    """
+    parts = urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url, None
+    user, _, password = userinfo.partition(":")
+    # Percent-decoded and UTF-8 encoded, as httpx builds it from the URL.
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode("utf-8")).decode("ascii")
+    return urlunsplit(parts._replace(netloc=host)), f"Basic {token}"
+
+
 def normalize_base_url(base_url: str) -> str:
     """The base URL as it identifies a server: lowercase scheme and host, no default port, no trailing
     slash, no user:password@ and no secret-looking query parameters (those never go into a cache key).
@@ -57,14 +97,15 @@ def normalize_base_url(base_url: str) -> str:
     parts = urlsplit(base_url.strip())
     scheme = parts.scheme.lower()
     if scheme not in _DEFAULT_PORTS or not parts.hostname:
-        raise ValueError(f"base_url must be an http(s) URL such as {DEFAULT_BASE_URL!r}, got {base_url!r}")
+        raise ValueError(f"base_url must be an http(s) URL such as {DEFAULT_BASE_URL!r}, "
+                         f"got {_redact_url(base_url)!r}")
     host = parts.hostname.lower()
     if ":" in host:  # an IPv6 literal keeps its brackets
         host = f"[{host}]"
     try:
         port = parts.port
     except ValueError:
-        raise ValueError(f"base_url has an invalid port: {base_url!r}") from None
+        raise ValueError(f"base_url has an invalid port: {_redact_url(base_url)!r}") from None
     netloc = host if port is None or port == _DEFAULT_PORTS[scheme] else f"{host}:{port}"
     query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
                        if k.lower() not in _SECRET_QUERY_NAMES])
@@ -181,11 +222,19 @@ class OpenAI(LM):
                                  f"(a server that needs none still wants a placeholder, e.g. api_key='none')")
             key = LOCAL_PLACEHOLDER_KEY
         # The key goes to the openai client and nowhere else on this object. Its retries are off (ours are
-        # visible and counted); its URL keeps any path the caller gave.
-        self._client = _openai.OpenAI(api_key=key, base_url=raw_url.strip(), timeout=self.timeout, max_retries=0)
+        # visible and counted); its URL keeps any path the caller gave, but not the URL's credentials.
+        client_url, basic_auth = _split_userinfo(raw_url.strip())
+        self._client = _openai.OpenAI(api_key=key, base_url=client_url, timeout=self.timeout, max_retries=0,
+                                      default_headers={"Authorization": basic_auth} if basic_auth else None)
         kind = "chat model" if model_type == "chat" else "completion model"
+        hidden = [key]
+        if basic_auth:  # in case a server echoes the credentials in an error message
+            password = urlsplit(raw_url.strip()).netloc.rpartition("@")[0].partition(":")[2]
+            hidden.append(basic_auth.split()[1])
+            # Blanking a very short password would mangle every message it happens to occur in.
+            hidden += [p for p in (password, unquote(password)) if len(p) >= 6]
         self._retrier = Retrier(policy, service=f"OpenAI {kind} {model!r} at {self.base_url}", model=model,
-                                base_url=self.base_url, secrets=(key,))
+                                base_url=self.base_url, secrets=hidden)
 
     # -- identity and requests ---------------------------------------------------------------------
 

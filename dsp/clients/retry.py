@@ -9,8 +9,9 @@ An *attempt* is a function that sends one request. When it fails it raises `Fail
   unparseable or truncated bodies), after a jittered exponential wait that is never shorter than the
   server's Retry-After; every retry is a warning on the ``dsp.retry`` logger and a count on the retrier;
 - raises `RetriesExhausted` when `max_retries` retries did not help;
-- raises `RequestRejected` at once for what a retry cannot fix (400 -- `ContextTooLong` when the server
-  says the prompt is too long --, 401/403 bad credentials, 404 unknown model or wrong URL, ...).
+- raises `RequestRejected` at once for what a retry cannot fix (400, 401/403 bad credentials, 404
+  unknown model or wrong URL, ...), and `dsp.clients.lm.ContextLengthExceeded` (the one error every
+  client raises for it) when the server says the prompt is too long.
 
 Messages name the service, the model, the URL, the status and the attempts; known secrets are blanked
 from every message this module logs or raises.
@@ -45,8 +46,10 @@ from dataclasses import dataclass
 from datetime import timezone
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
+from .lm import ContextLengthExceeded
+
 __all__ = [
-    "RetryPolicy", "Retrier", "Failure", "ServiceError", "RetriesExhausted", "RequestRejected", "ContextTooLong",
+    "RetryPolicy", "Retrier", "Failure", "ServiceError", "RetriesExhausted", "RequestRejected",
     "RETRY_STATUSES", "parse_retry_after", "retry_after_from_headers", "classify_exception", "redact",
 ]
 
@@ -246,10 +249,6 @@ class RequestRejected(ServiceError):
     """The server refused the request in a way a retry cannot fix (400, 401, 403, 404, ...)."""
 
 
-class ContextTooLong(RequestRejected):
-    """The prompt (plus the completion asked for) does not fit the model's context window."""
-
-
 _ADVICE = {
     "context_length": "the prompt is too long for the model's context window; shorten it (fewer demos or "
                       "passages) or ask for fewer max_tokens",
@@ -367,7 +366,8 @@ class Retrier:
             self.sleep(wait)
         raise RuntimeError("unreachable: the retry loop always returns or raises")  # keeps type checkers calm
 
-    def _final(self, cls: type[ServiceError], failure: Failure, attempts: int, why: str | None = None) -> ServiceError:
+    def _final(self, cls: type[ServiceError], failure: Failure, attempts: int,
+               why: str | None = None) -> ServiceError | ContextLengthExceeded:
         described = redact(failure.describe(), self._secrets)
         if cls is RetriesExhausted:
             with self._lock:
@@ -377,9 +377,11 @@ class Retrier:
         else:
             with self._lock:
                 self.rejected += 1
-            if failure.kind == "context_length":
-                cls = ContextTooLong
             advice = _ADVICE.get(failure.kind, _ADVICE["rejected"])
             message = f"{self.service}: {advice} ({described}; attempt {attempts}, not retried)"
+            if failure.kind == "context_length":
+                return ContextLengthExceeded(redact(message, self._secrets), service=self.service,
+                                             status=failure.status, model=self.model, base_url=self.base_url,
+                                             attempts=attempts)
         return cls(redact(message, self._secrets), service=self.service, kind=failure.kind, attempts=attempts,
                    status=failure.status, model=self.model, base_url=self.base_url)

@@ -2,9 +2,10 @@
 
 A concrete client provides `cache_identity` and `_search(query, k, **params)`, returning dicts with at
 least `text` and `score` (and `id`/`pid`, `title`, `prob` where it has them). The base validates the
-call, caches it, and completes every passage: `long_text` (``"Title | text"`` when a title is
-separate, as ColBERTv2's Wikipedia passages read), `rank` from 1, and `prob` = softmax of the scores
-when the backend gives none.
+call (a query must be valid text, k a positive integer), caches the answer unless it is an error (no
+passages, or malformed: it raises and the next call asks again), and completes every passage:
+`long_text` (``"Title | text"`` when a title is separate, as ColBERTv2's Wikipedia passages read),
+`rank` from 1, and `prob` = softmax of the scores when the backend gives none.
 
 >>> class Two(RM):
 ...     provider = "two"
@@ -20,13 +21,13 @@ import math
 import threading
 import time
 from collections import deque
-from typing import Any, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from .. import cache as _cache
 from ..example import Example
-from .lm import HISTORY_SIZE
+from .lm import HISTORY_SIZE, check_text
 
-__all__ = ["RM", "Passage", "softmax", "check_query", "check_queries"]
+__all__ = ["RM", "Passage", "softmax", "check_query", "check_queries", "check_count"]
 
 
 class Passage(Example):
@@ -43,16 +44,49 @@ def softmax(scores: Sequence[float]) -> list[float]:
     return [e / total for e in exps]
 
 
+def check_count(value: Any, name: str = "k") -> None:
+    """Raise a clear error, naming `name` and the caller's value, unless `value` is a positive integer.
+
+    >>> check_count(-3)
+    Traceback (most recent call last):
+    ValueError: k must be positive, got -3
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}: {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+
+
 def check_query(query: Any, k: Any) -> None:
-    """Raise a clear error for a non-text or empty query, or a k that is not a positive integer."""
+    """Raise a clear error for a query that is not text, not valid text or empty, or a k that is not a
+    positive integer."""
     if not isinstance(query, str):
         raise TypeError(f"a search query must be text, got {type(query).__name__}: {query!r:.80}")
+    check_text(query, "the search query")
     if not query.strip():
         raise ValueError("the search query is empty")
-    if not isinstance(k, int) or isinstance(k, bool):
-        raise TypeError(f"k must be an integer, got {type(k).__name__}: {k!r}")
-    if k <= 0:
-        raise ValueError(f"k must be positive, got {k}")
+    check_count(k)
+
+
+def _results_problem(results: Any) -> str | None:
+    """What makes a backend's answer an error rather than passages, or None for a good one."""
+    if not isinstance(results, list):
+        return f"a malformed answer (a {type(results).__name__}, not a list of passages)"
+    if not results:
+        return "no passages"
+    for i, result in enumerate(results):
+        if not isinstance(result, Mapping) or not isinstance(result.get("text"), str):
+            return f"a malformed answer (result {i} is not a passage with a 'text' string: {str(result)[:120]})"
+        try:
+            check_text(result["text"], f"passage {i}")
+        except ValueError as error:
+            return f"a malformed answer ({error})"
+        for field in ("score", "prob"):
+            value = result.get(field)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value)):
+                return f"a malformed answer (passage {i}'s {field} is not a number: {value!r:.80})"
+    return None
 
 
 def check_queries(queries: Any, k: Any) -> list[str]:
@@ -71,6 +105,7 @@ class RM:
     """Base class of retrieval-model clients. Subclasses implement `_search`."""
 
     provider = "rm"
+    spec: str | None = None  # the text spec that rebuilds this client (set by dsp.rm_from_spec)
 
     def __init__(self) -> None:
         self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY_SIZE)
@@ -87,18 +122,24 @@ class RM:
         """The top-`k` passages for `query`, best first."""
         check_query(query, k)
 
-        def compute() -> list[dict[str, Any]]:
+        def compute() -> Any:
             with self._lock:
                 self.num_requests += 1
-            return list(self._search(query, k, **params))
+            results = self._search(query, k, **params)
+            return list(results) if isinstance(results, (tuple, Iterator)) else results
+
+        def check(results: Any) -> None:
+            problem = _results_problem(results)
+            if problem is not None:
+                raise ValueError(f"{self!r} returned {problem} for the query {query!r}")
 
         if cache is False:
             results, cached = compute(), False
+            check(results)
         else:
             request = {"kind": "rm", **self.cache_identity(), "query": query, "k": k, **params}
-            results, cached = _cache.cached_call(request, compute)
-        if not results:
-            raise ValueError(f"{self!r} returned no passages for the query {query!r}")
+            # The check runs before the cache stores anything: an error is never an answer for later calls.
+            results, cached = _cache.cached_call(request, compute, check=check)
         passages = self._complete(results)
         self.history.append({"query": query, "k": k, "params": params, "passages": passages,
                              "cached": cached, "timestamp": time.time()})
@@ -108,7 +149,7 @@ class RM:
     def _complete(results: list[dict[str, Any]]) -> list[Passage]:
         probs = None
         if any(r.get("prob") is None for r in results):
-            probs = softmax([float(r.get("score", 0.0)) for r in results])
+            probs = softmax([float(r.get("score") or 0.0) for r in results])  # a score may be None
         passages = []
         for i, result in enumerate(results):
             passage = Passage(result)

@@ -1,9 +1,9 @@
-"""Build an LM or RM from a short text spec, as the CLI and the environment name them.
+"""Build an LM or RM from a short text spec: the one place a text spec becomes a client.
 
     llamacpp                         the embedded Gemma 3 270M (default)
     llamacpp:/models/x.gguf          another local GGUF model
     llamacpp:,n_threads=1            options: n_ctx, n_threads, flash_attn=1
-    openai:gpt-4o-mini               OpenAI (key from OPENAI_API_KEY)
+    openai:gpt-4o-mini               OpenAI (key from OPENAI_API_KEY); option type=chat|text
     openai-compatible:http://127.0.0.1:8765/v1[,model=NAME][,type=text|chat]
                                      any OpenAI-compatible server (vLLM, llama.cpp, Ollama)
     gpt3:text-davinci-002            DSP v1's completion client
@@ -11,30 +11,36 @@
 
     bm25:passages.jsonl.gz | bm25:index_dir       BM25 over a passage file or a saved index
     dense:passages.jsonl.gz | dense:index_dir     faiss over E5 embeddings
-    colbertv2:http://host:port/api/search         a ColBERTv2 server (or `dsp serve`)
+    colbertv2:http://host:port/api/search         a ColBERTv2 server (or `dsp serve`); option post=1
     replay:rm.jsonl                               a recorded run
 
 A spec is plain text with no credential in it, so it can travel to worker processes, which rebuild
 the client there (keys come from their own environment). The client remembers it as `client.spec`.
+`check_lm_spec` / `check_rm_spec` validate a spec (kind, options, paths) without building anything,
+so a command can refuse a bad one before loading a model; `with_options` adds options to a spec.
 
 >>> parse_spec("openai-compatible:http://127.0.0.1:8765/v1,model=gemma,type=text")
 ('openai-compatible', 'http://127.0.0.1:8765/v1', {'model': 'gemma', 'type': 'text'})
+>>> with_options("llamacpp", n_ctx=8192, n_threads=None)
+'llamacpp:,n_ctx=8192'
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-__all__ = ["parse_spec", "llamacpp_options", "lm_from_spec", "rm_from_spec", "LM_KINDS", "RM_KINDS", "DEFAULT_LM",
-           "SpecError"]
+__all__ = ["parse_spec", "format_spec", "with_options", "llamacpp_options", "check_lm_spec", "check_rm_spec",
+           "lm_from_spec", "rm_from_spec", "LM_KINDS", "RM_KINDS", "DEFAULT_LM", "SpecError"]
 
 DEFAULT_LM = "llamacpp"
 
 
 class SpecError(ValueError):
-    """A spec naming an unknown kind or missing its argument; the message lists the valid kinds."""
+    """A spec naming an unknown kind, an unknown or ill-typed option, or a missing file; the message says
+    what is valid."""
 
 
 def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
@@ -54,10 +60,99 @@ def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
     return kind.strip().lower(), ",".join(argument_parts).strip(), options
 
 
-def _need(kind: str, argument: str, what: str) -> str:
-    if not argument:
-        raise SpecError(f"'{kind}:' needs {what}, e.g. {kind}:{'<' + what.replace(' ', '-') + '>'}")
-    return argument
+def format_spec(kind: str, argument: str, options: Mapping[str, str]) -> str:
+    """The spec text of (kind, argument, options): the inverse of `parse_spec`.
+
+    >>> format_spec("llamacpp", "", {"n_ctx": "8192"})
+    'llamacpp:,n_ctx=8192'
+    """
+    rest = ",".join([argument, *(f"{key}={value}" for key, value in options.items())]) if options else argument
+    return f"{kind}:{rest}" if rest else kind
+
+
+def with_options(spec: str, **options: Any) -> str:
+    """`spec` with `options` set (an option given here replaces the spec's own; None leaves it alone).
+
+    >>> with_options("llamacpp:,n_ctx=2048,flash_attn=1", n_ctx=8192)
+    'llamacpp:,n_ctx=8192,flash_attn=1'
+    """
+    kind, argument, current = parse_spec(spec)
+    for key, value in options.items():
+        if value is not None:
+            current[key] = str(int(value)) if isinstance(value, bool) else str(value)
+    return format_spec(kind, argument, current)
+
+
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+def _int_option(kind: str, key: str, value: str, low: int = 1) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise SpecError(f"{kind} spec: {key} must be an integer, got {value!r}") from None
+    if number < low:
+        raise SpecError(f"{kind} spec: {key} must be an integer >= {low}, got {value!r}")
+    return number
+
+
+def _bool_option(kind: str, key: str, value: str) -> bool:
+    if value.lower() not in _TRUE | _FALSE:
+        raise SpecError(f"{kind} spec: {key} must be 1 or 0, got {value!r}")
+    return value.lower() in _TRUE
+
+
+def llamacpp_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """`LlamaCpp` keyword arguments from a llamacpp spec's options, checked.
+
+    >>> llamacpp_options({"n_ctx": "8192", "flash_attn": "1"})
+    {'n_ctx': 8192, 'flash_attn': True}
+    """
+    _check_known("llamacpp", options, ("n_ctx", "n_threads", "flash_attn"))
+    kwargs: dict[str, Any] = {}
+    # n_threads matters on shared machines (a Ray node runs one model per CPU-slot; see dsp.backends.ray).
+    if "n_ctx" in options:
+        kwargs["n_ctx"] = _int_option("llamacpp", "n_ctx", options["n_ctx"], low=16)
+    if "n_threads" in options:
+        kwargs["n_threads"] = _int_option("llamacpp", "n_threads", options["n_threads"])
+    if "flash_attn" in options:
+        kwargs["flash_attn"] = _bool_option("llamacpp", "flash_attn", options["flash_attn"])
+    return kwargs
+
+
+def _check_known(kind: str, options: Mapping[str, str], known: tuple[str, ...]) -> None:
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        takes = f"it takes {', '.join(known)}" if known else "it takes none"
+        raise SpecError(f"{kind} spec: unknown option(s) {', '.join(unknown)}; {takes}")
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """One kind of client: its options, what its argument is, and how it is built."""
+
+    options: tuple[str, ...]
+    argument: str | None            # what the argument names (None: optional)
+    build: Callable[[str, dict[str, str]], Any]
+    path: str | None = None         # "file": the argument must be an existing file; "file_or_index"
+    check: Callable[[dict[str, str]], Any] | None = None
+
+    def validate(self, kind: str, argument: str, options: dict[str, str]) -> None:
+        _check_known(kind, options, self.options)
+        if self.check is not None:
+            self.check(options)
+        if self.argument is not None and not argument:
+            raise SpecError(f"'{kind}:' needs {self.argument}, e.g. {kind}:<{self.argument.replace(' ', '-')}>")
+        if self.path and argument:
+            path = Path(argument).expanduser()
+            if self.path == "file" and not path.is_file():
+                raise SpecError(f"{kind}: {path} is not a file")
+            if self.path == "file_or_index" and not (path.is_file() or _is_index(path)):
+                raise SpecError(f"{kind}: {path} is neither a passages file nor a saved index directory")
+        if kind in ("openai", "openai-compatible") and options.get("type", "chat") not in ("chat", "text"):
+            raise SpecError(f"{kind} spec: type must be chat or text, got {options['type']!r}")
+        if kind == "colbertv2" and "post" in options:
+            _bool_option(kind, "post", options["post"])
 
 
 def _first_model(base_url: str) -> str:
@@ -75,34 +170,6 @@ def _first_model(base_url: str) -> str:
     return models[0]["id"]
 
 
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
-
-
-def llamacpp_options(options: dict[str, str]) -> dict[str, Any]:
-    """`LlamaCpp` keyword arguments from a llamacpp spec's options, checked.
-
-    >>> llamacpp_options({"n_ctx": "8192", "flash_attn": "1"})
-    {'n_ctx': 8192, 'flash_attn': True}
-    """
-    unknown = sorted(set(options) - {"n_ctx", "n_threads", "flash_attn"})
-    if unknown:
-        raise SpecError(f"llamacpp spec: unknown option(s) {', '.join(unknown)}; it takes n_ctx, n_threads, flash_attn")
-    kwargs: dict[str, Any] = {}
-    # n_threads matters on shared machines (a Ray node runs one model per CPU-slot; see dsp.backends.ray).
-    for key in ("n_ctx", "n_threads"):
-        if key in options:
-            try:
-                kwargs[key] = int(options[key])
-            except ValueError:
-                raise SpecError(f"llamacpp spec: {key} must be an integer, got {options[key]!r}") from None
-    if "flash_attn" in options:
-        value = options["flash_attn"].lower()
-        if value not in _TRUE | _FALSE:
-            raise SpecError(f"llamacpp spec: flash_attn must be 1 or 0, got {options['flash_attn']!r}")
-        kwargs["flash_attn"] = value in _TRUE
-    return kwargs
-
-
 def _llamacpp(argument: str, options: dict[str, str]) -> Any:
     from .llamacpp import LlamaCpp
 
@@ -112,16 +179,15 @@ def _llamacpp(argument: str, options: dict[str, str]) -> Any:
 def _openai(argument: str, options: dict[str, str]) -> Any:
     from .openai import OpenAI
 
-    return OpenAI(_need("openai", argument, "model name"), model_type=options.get("type", "chat"))
+    return OpenAI(argument, model_type=options.get("type", "chat"))
 
 
 def _openai_compatible(argument: str, options: dict[str, str]) -> Any:
     from .openai import OpenAI
 
-    base_url = _need("openai-compatible", argument, "base url")
-    model = options.get("model") or _first_model(base_url)
+    model = options.get("model") or _first_model(argument)
     # DSP prompts are completion prompts: the text endpoint is the faithful default for a local server.
-    return OpenAI(model, base_url=base_url, model_type=options.get("type", "text"))
+    return OpenAI(model, base_url=argument, model_type=options.get("type", "text"))
 
 
 def _gpt3(argument: str, options: dict[str, str]) -> Any:
@@ -133,7 +199,7 @@ def _gpt3(argument: str, options: dict[str, str]) -> Any:
 def _replay_lm(argument: str, options: dict[str, str]) -> Any:
     from .replay import ReplayLM
 
-    return ReplayLM(_need("replay", argument, "recording path"))
+    return ReplayLM(argument)
 
 
 def _is_index(path: Path) -> bool:
@@ -143,63 +209,98 @@ def _is_index(path: Path) -> bool:
 def _bm25(argument: str, options: dict[str, str]) -> Any:
     from .bm25 import BM25
 
-    path = Path(_need("bm25", argument, "passages file or index dir")).expanduser()
-    if _is_index(path):
-        return BM25.load(path)
-    if not path.is_file():
-        raise SpecError(f"bm25: {path} is neither a passages file nor a saved index directory")
-    return BM25(path)
+    path = Path(argument).expanduser()
+    return BM25.load(path) if _is_index(path) else BM25(path)
 
 
 def _dense(argument: str, options: dict[str, str]) -> Any:
     from .dense import DenseRM
 
-    path = Path(_need("dense", argument, "passages file or index dir")).expanduser()
-    if _is_index(path):
-        return DenseRM.load(path)
-    if not path.is_file():
-        raise SpecError(f"dense: {path} is neither a passages file nor a saved index directory")
-    return DenseRM(path)
+    path = Path(argument).expanduser()
+    return DenseRM.load(path) if _is_index(path) else DenseRM(path)
 
 
 def _colbertv2(argument: str, options: dict[str, str]) -> Any:
     from .colbertv2 import ColBERTv2
 
-    return ColBERTv2(_need("colbertv2", argument, "server url"), post_requests=options.get("post") == "1")
+    return ColBERTv2(argument, post_requests=_bool_option("colbertv2", "post", options.get("post", "0")))
 
 
 def _replay_rm(argument: str, options: dict[str, str]) -> Any:
     from .replay import ReplayRM
 
-    return ReplayRM(_need("replay", argument, "recording path"))
+    return ReplayRM(argument)
 
 
-LM_KINDS: dict[str, Callable[[str, dict[str, str]], Any]] = {
-    "llamacpp": _llamacpp, "openai": _openai, "openai-compatible": _openai_compatible, "gpt3": _gpt3,
-    "replay": _replay_lm,
+LM_KINDS: dict[str, _Kind] = {
+    "llamacpp": _Kind(("n_ctx", "n_threads", "flash_attn"), None, _llamacpp, path="file", check=llamacpp_options),
+    "openai": _Kind(("type",), "model name", _openai),
+    "openai-compatible": _Kind(("model", "type"), "base url", _openai_compatible),
+    "gpt3": _Kind((), None, _gpt3),
+    "replay": _Kind((), "recording path", _replay_lm, path="file"),
 }
-RM_KINDS: dict[str, Callable[[str, dict[str, str]], Any]] = {
-    "bm25": _bm25, "dense": _dense, "colbertv2": _colbertv2, "replay": _replay_rm,
+RM_KINDS: dict[str, _Kind] = {
+    "bm25": _Kind((), "passages file or index dir", _bm25, path="file_or_index"),
+    "dense": _Kind((), "passages file or index dir", _dense, path="file_or_index"),
+    "colbertv2": _Kind(("post",), "server url", _colbertv2),
+    "replay": _Kind((), "recording path", _replay_rm, path="file"),
 }
 
 
-def _build(spec: str, kinds: dict[str, Callable[[str, dict[str, str]], Any]], what: str) -> Any:
+def _check(spec: str, kinds: Mapping[str, _Kind], what: str) -> tuple[str, str, dict[str, str]]:
     kind, argument, options = parse_spec(spec)
     if kind not in kinds:
         raise SpecError(f"unknown {what} {kind!r} in {spec!r}; valid {what}s: {', '.join(kinds)}")
-    client = kinds[kind](argument, options)
+    kinds[kind].validate(kind, argument, options)
+    return kind, argument, options
+
+
+def _lm_spec(spec: str | None) -> str:
+    return spec or os.environ.get("DSP_LM") or DEFAULT_LM
+
+
+def _rm_spec(spec: str | None) -> str:
+    spec = spec or os.environ.get("DSP_RM")
+    if not spec:
+        raise SpecError(f"no RM given: pass --rm or set DSP_RM, e.g. bm25:passages.jsonl.gz; kinds: {', '.join(RM_KINDS)}")
+    return spec
+
+
+def check_lm_spec(spec: str | None = None) -> str:
+    """The LM spec that `lm_from_spec(spec)` would build (default: $DSP_LM, else llamacpp), checked without
+    building it: a known kind, known and well-typed options, an existing model or recording file.
+
+    >>> check_lm_spec("llamacpp:,n_ctx=8192")
+    'llamacpp:,n_ctx=8192'
+    >>> check_lm_spec("foo:bar")
+    Traceback (most recent call last):
+    ...
+    dsp.clients.specs.SpecError: unknown LM 'foo' in 'foo:bar'; valid LMs: llamacpp, openai, openai-compatible, gpt3, replay
+    """
+    spec = _lm_spec(spec).strip()
+    _check(spec, LM_KINDS, "LM")
+    return spec
+
+
+def check_rm_spec(spec: str | None = None) -> str:
+    """The RM spec `rm_from_spec(spec)` would build (default: $DSP_RM), checked without building it."""
+    spec = _rm_spec(spec).strip()
+    _check(spec, RM_KINDS, "RM")
+    return spec
+
+
+def _build(spec: str, kinds: Mapping[str, _Kind], what: str) -> Any:
+    kind, argument, options = _check(spec, kinds, what)
+    client = kinds[kind].build(argument, options)
     client.spec = spec.strip()
     return client
 
 
 def lm_from_spec(spec: str | None = None) -> Any:
     """The LM named by `spec` (default: $DSP_LM, else the embedded llamacpp model)."""
-    return _build(spec or os.environ.get("DSP_LM") or DEFAULT_LM, LM_KINDS, "LM")
+    return _build(_lm_spec(spec), LM_KINDS, "LM")
 
 
 def rm_from_spec(spec: str | None = None) -> Any:
     """The RM named by `spec` (default: $DSP_RM); an error when neither names one."""
-    spec = spec or os.environ.get("DSP_RM")
-    if not spec:
-        raise SpecError(f"no RM given: pass --rm or set DSP_RM, e.g. bm25:passages.jsonl.gz; kinds: {', '.join(RM_KINDS)}")
-    return _build(spec, RM_KINDS, "RM")
+    return _build(_rm_spec(spec), RM_KINDS, "RM")

@@ -27,6 +27,8 @@ PAPER_SEEDS = (0, 1, 2, 3, 4)
 def few_shot_train(pool: Sequence[Example], k: int = PAPER_SHOTS, seeds: Iterable[int] = PAPER_SEEDS) -> dict[int, list[Example]]:
     """For each seed, k training examples drawn without replacement from `pool` (seeded shuffle)."""
     pool = list(pool)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k (training examples per seed) must be an integer >= 0, got {k!r}")
     if k > len(pool):
         raise ValueError(f"cannot draw {k} training examples from a pool of {len(pool)}")
     out = {}
@@ -40,10 +42,10 @@ def few_shot_train(pool: Sequence[Example], k: int = PAPER_SHOTS, seeds: Iterabl
 def downsample(dev: Sequence[Example], n: int | None, seed: int = 0) -> list[Example]:
     """n dev examples chosen by a seeded draw, kept in their original order (all of them if n is None)."""
     dev = list(dev)
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"n (dev examples) must be a positive integer or None, got {n!r}")
     if n is None or n >= len(dev):
         return dev
-    if n < 0:
-        raise ValueError(f"cannot keep {n} dev examples")
     chosen = sorted(random.Random(f"dev-{seed}").sample(range(len(dev)), n))
     return [dev[i] for i in chosen]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable, Mapping
 
+from ..clients.lm import LM
 from ..example import Completions, Example
 from ..metrics import normalize_text
 from ..settings import settings
@@ -82,7 +83,8 @@ def _generate(template: Template, lm: Any, example: Example, stage: str | None,
         # None finished: continue the first one greedily from its first missing field.
         partial = completions[0]
         partial[template.keys[reached]] = ""
-        max_tokens = call_params.get("max_tokens", getattr(lm, "kwargs", {}).get("max_tokens", 150))
+        defaults = lm.kwargs if isinstance(lm, LM) else {}  # a plain callable LM (DSP v1 allowed one) has none
+        max_tokens = call_params.get("max_tokens", defaults.get("max_tokens", 150))
         max_tokens = min(max(75, max_tokens // 2), max_tokens)
         continued = {**call_params, "max_tokens": max_tokens, "n": 1, "temperature": 0.0}
         return _generate(template, lm, partial, stage, continued, max_depth - 1)
@@ -97,7 +99,9 @@ def _generate(template: Template, lm: Any, example: Example, stage: str | None,
     trace = settings.trace
     if trace is not None:
         outputs = [{k: c.get(k) for k in template.keys} for c in result]
-        trace.append({"stage": stage, "template": template.instructions, "prompt": prompt, "completions": outputs})
+        # "raw": the model's own text, before parsing (what `dsp ask` shows, what a parse failure explains).
+        trace.append({"stage": stage, "template": template.instructions, "prompt": prompt, "completions": outputs,
+                      "raw": list(texts)})
     return example, result
 
 
@@ -120,7 +124,7 @@ def majority(completions: Completions | list[Example], normalize: Callable[[Any]
     items = list(completions)
     if not items:
         raise ValueError("majority needs at least one completion")
-    template = getattr(completions, "template", None)
+    template = completions.template if isinstance(completions, Completions) else None
     if field is None:
         if template is None:
             raise ValueError("majority: pass field=... (these completions have no template)")

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..clients.rm import Passage
+from ..clients.rm import Passage, check_count
 from ..settings import settings
 
 __all__ = ["retrieve", "fused_retrieval", "retrieveEnsemble", "rank", "FUSIONS"]
@@ -50,7 +50,15 @@ def fused_retrieval(queries: Sequence[str], k: int, fuse: str = "combsum", by_pr
     queries; "rrf" adds 1/(60 + rank). Passages are identified by text; empty queries are skipped and
     repeated queries count again, as in DSP v1's retrieveEnsemble. Returns texts, or Passage records
     with the fused `score` when `return_passages`.
+
+    >>> fused_retrieval(["Hamlet author"], k=-3)
+    Traceback (most recent call last):
+    ValueError: k must be positive, got -3
     """
+    # The caller's own k and depth, before k is scaled into a depth: an error must name what was passed.
+    check_count(k)
+    if depth is not None:
+        check_count(depth, "depth")
     if fuse not in FUSIONS:
         raise ValueError(f"unknown fusion {fuse!r}; choose one of {', '.join(FUSIONS)}")
     if isinstance(queries, str) or not isinstance(queries, Sequence):

