@@ -18,13 +18,14 @@ from .clients import (
     RequestRejected, RetriesExhausted, RetryPolicy, ScoresOptions, ServiceError, UnrecordedRequest, Usage, Vectorizer,
 )
 from .clients.specs import lm_from_spec, rm_from_spec
+from .compiling import Compiled, DemoSpace, Space, compile, load_compiled
 from .evaluation import EvaluationResult, Fields, RunMismatch, evaluate, summarize_seeds
 from .example import Completions, Example
 from .metrics import (
     EM, F1, HotPotF1, answer_match, best_subspan_em, has_answer, nF1, normalize_text, passage_match,
 )
 from .primitives import (
-    ORDER_STRATEGIES, all_but, annotate, branch, crossval, fused_retrieval, generate, knn, majority, order_passages,
+    ORDER_STRATEGIES, OrderStrategy, all_but, annotate, branch, crossval, fused_retrieval, generate, knn, majority, order_passages,
     rank, retrieve, retrieveEnsemble, sample, transformation,
 )
 from .settings import settings
@@ -39,23 +40,25 @@ __all__ = [
     "settings", "cache",
     # clients
     "LM", "RM", "Passage", "Usage", "ReplayLM", "ReplayRM", "UnrecordedRequest",
-    "OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal",
+    "OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal", "HybridRM",
     "ModelFileError", "ContextLengthExceeded", "CountsTokens", "ScoresOptions",
     "Vectorizer", "HashingVectorizer", "E5Vectorizer", "OpenAIVectorizer",
     "RetryPolicy", "ServiceError", "RetriesExhausted", "RequestRejected",
     # primitives
     "generate", "majority", "branch", "retrieve", "fused_retrieval", "retrieveEnsemble", "rank",
-    "annotate", "sample", "knn", "crossval", "all_but", "transformation", "order_passages", "ORDER_STRATEGIES",
+    "annotate", "sample", "knn", "crossval", "all_but", "transformation", "order_passages", "ORDER_STRATEGIES", "OrderStrategy",
     # metrics
     "normalize_text", "EM", "F1", "HotPotF1", "nF1", "best_subspan_em", "has_answer", "passage_match", "answer_match",
     # evaluation
     "evaluate", "EvaluationResult", "summarize_seeds", "Fields", "RunMismatch",
+    # compiling: programs tuned by search on their training data
+    "compile", "load_compiled", "Compiled", "Space", "DemoSpace",
     # clients from text specs ("llamacpp", "openai:gpt-4o-mini", "bm25:passages.jsonl.gz", ...)
     "lm_from_spec", "rm_from_spec",
     "utils", "datasets", "stats", "__version__",
 ]
 
-_LAZY_CLIENTS = ("OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal", "ModelFileError")
+_LAZY_CLIENTS = ("OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal", "HybridRM", "ModelFileError")
 
 
 def __getattr__(name: str) -> Any:

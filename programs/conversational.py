@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 import dsp
 from templates.qa import conv_qa, conv_qa_with_context, conv_rewrite
 
-__all__ = ["format_history", "vanilla", "retrieve_then_read", "dsp_program", "Conversations", "PROGRAMS", "PRESETS"]
+__all__ = ["format_history", "vanilla", "retrieve_then_read", "dsp_program", "Conversations", "PROGRAMS", "PRESETS", "SEARCH"]
 
 Turns = Sequence[tuple[str, str]]
 
@@ -32,34 +32,40 @@ def format_history(history: Turns) -> str:
     return "\n".join(lines) or "(none)"
 
 
-def _demos(train: list[dsp.Example], n_demos: int) -> list[dsp.Example]:
-    """Training turns as demos: their gold history and answer, in the program's own field names."""
+def _demos(train: list[dsp.Example], n_demos: int, chosen: list[dsp.Example] | None = None) -> list[dsp.Example]:
+    """Training turns as demos: their gold history and answer, in the program's own field names (`chosen`
+    ones, e.g. by dsp.compile, instead of a sample; an augmented one keeps its stage records)."""
     out = []
-    for d in dsp.sample(train, k=n_demos):
+    for d in dsp.sample(train, k=n_demos) if chosen is None else chosen:
+        if d.get("augmented"):
+            out.append(d)
+            continue
         context = d.get("history") or []
-        pairs = list(zip(context[0::2], context[1::2]))
-        out.append(dsp.Example(question=d.question, history=format_history(pairs), answer=d.answer))
+        if context and not isinstance(context, str):
+            context = format_history(list(zip(context[0::2], context[1::2])))
+        out.append(dsp.Example(question=d.question, history=context or format_history([]), answer=d.answer))
     return out
 
 
-def vanilla(question: str, history: Turns, train: list[dsp.Example], n_demos: int = 4) -> dsp.Example:
-    x = dsp.Example(question=question, history=format_history(history), demos=_demos(train, n_demos))
+def vanilla(question: str, history: Turns, train: list[dsp.Example], n_demos: int = 4,
+            demos: list[dsp.Example] | None = None) -> dsp.Example:
+    x = dsp.Example(question=question, history=format_history(history), demos=_demos(train, n_demos, demos))
     _, completions = dsp.generate(conv_qa, stop="auto")(x, stage="qa")
     return dsp.Example(question=question, answer=completions.answer)
 
 
 def retrieve_then_read(question: str, history: Turns, train: list[dsp.Example], k: int = 5,
-                       n_demos: int = 4) -> dsp.Example:
+                       n_demos: int = 4, demos: list[dsp.Example] | None = None) -> dsp.Example:
     query = " ".join([history[0][0], question]) if history else question
-    x = dsp.Example(question=question, history=format_history(history), demos=_demos(train, n_demos),
+    x = dsp.Example(question=question, history=format_history(history), demos=_demos(train, n_demos, demos),
                     context=dsp.retrieve(query, k=k))
     _, completions = dsp.generate(conv_qa_with_context, stop="auto")(x, stage="qa")
     return dsp.Example(question=question, answer=completions.answer, context=x.context)
 
 
 def dsp_program(question: str, history: Turns, train: list[dsp.Example], n_queries: int = 10, k: int = 5,
-                temperature: float = 0.7, n_demos: int = 4) -> dsp.Example:
-    x = dsp.Example(question=question, history=format_history(history), demos=_demos(train, n_demos))
+                temperature: float = 0.7, n_demos: int = 4, demos: list[dsp.Example] | None = None) -> dsp.Example:
+    x = dsp.Example(question=question, history=format_history(history), demos=_demos(train, n_demos, demos))
     if history:
         _, rewrites = dsp.generate(conv_rewrite, n=n_queries, temperature=temperature, stop="auto")(x, stage="rewrite")
         queries = [c.get("query") for c in rewrites] + [question]
@@ -121,3 +127,10 @@ PROGRAMS = {
 
 # Named option sets of the DSP program (the paper's are its defaults).
 PRESETS: dict[str, dict] = {"paper": {}}
+
+# What `dsp compile` may tune besides the demonstrations: option -> values to try (plain data).
+SEARCH: dict[str, dict] = {
+    "vanilla": {},
+    "retrieve_then_read": {"k": [3, 5]},
+    "dsp": {"k": [3, 5], "n_queries": [3, 10], "temperature": [0.3, 0.7]},
+}

@@ -15,20 +15,23 @@ import dsp
 from programs.self_ask import self_ask_program
 from templates.qa import hop, qa, qa_with_context, qa_with_cot, rewrite
 
-__all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "greedy_search", "PROGRAMS", "PRESETS"]
+__all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "greedy_search", "PROGRAMS", "PRESETS",
+           "SEARCH"]
 
 
-def vanilla(question: str, train: list[dsp.Example], n_demos: int = 16) -> dsp.Example:
-    x = dsp.Example(question=question, demos=dsp.sample(train, k=n_demos))
+def vanilla(question: str, train: list[dsp.Example], n_demos: int = 16,
+            demos: list[dsp.Example] | None = None) -> dsp.Example:
+    x = dsp.Example(question=question, demos=dsp.sample(train, k=n_demos) if demos is None else demos)
     _, completions = dsp.generate(qa, stop="auto")(x, stage="qa")
     return dsp.Example(question=question, answer=completions.answer)
 
 
 def retrieve_then_read(question: str, train: list[dsp.Example], k: int = 2, n_demos: int = 16,
-                       order: str = "relevance") -> dsp.Example:
+                       order: dsp.OrderStrategy = "relevance", demos: list[dsp.Example] | None = None) -> dsp.Example:
     """The top-k passages, arranged by `order` (`dsp.order_passages`), then a few-shot answer."""
     context = dsp.order_passages(dsp.retrieve(question, k=k), strategy=order)
-    x = dsp.Example(question=question, demos=dsp.sample(train, k=n_demos), context=context)
+    x = dsp.Example(question=question, demos=dsp.sample(train, k=n_demos) if demos is None else demos,
+                    context=context)
     _, completions = dsp.generate(qa_with_context, stop="auto")(x, stage="qa")
     return dsp.Example(question=question, answer=completions.answer, context=x.context)
 
@@ -61,10 +64,13 @@ def _annotation_attempt(train: list[dsp.Example]):
 
 def dsp_program(question: str, train: list[dsp.Example], hops: int = 2, n_queries: int = 10, k: int = 5,
                 n: int = 20, temperature: float = 0.7, n_demos: int = 3, pool: int = 16,
-                order: str = "relevance", cot: bool = True) -> dsp.Example:
+                order: dsp.OrderStrategy = "relevance", cot: bool = True,
+                demos: list[dsp.Example] | None = None) -> dsp.Example:
     """The DSP multi-hop program; `order` arranges each hop's fused passages (`dsp.order_passages`).
-    `cot=False` answers without a rationale (for models too small to write one)."""
-    demos = dsp.annotate(_annotation_attempt(train))(dsp.sample(train, k=pool), k=n_demos, return_all=True)
+    `cot=False` answers without a rationale (for models too small to write one). `demos` (from
+    `dsp.compile`) replace the annotated ones."""
+    if demos is None:
+        demos = dsp.annotate(_annotation_attempt(train))(dsp.sample(train, k=pool), k=n_demos, return_all=True)
     x = dsp.Example(question=question, demos=demos)
     summaries: list[str] = []
     x.context = []
@@ -96,4 +102,12 @@ PROGRAMS = {
 PRESETS = {
     "paper": {},
     "small": {"n_queries": 3, "n": 5, "temperature": 0.3, "k": 2, "cot": False},
+}
+
+# What `dsp compile` may tune besides the demonstrations: option -> values to try (plain data).
+SEARCH = {
+    "vanilla": {},
+    "retrieve_then_read": {"k": [2, 3, 5], "order": ["relevance", "lost_in_the_middle"]},
+    "self_ask": {"k": [1, 2]},
+    "dsp": {"k": [2, 3, 5], "n_queries": [1, 3], "n": [1, 5], "temperature": [0.3, 0.7], "cot": [False, True]},
 }

@@ -1,7 +1,9 @@
 """Open-domain QA programs (Open-SQuAD, NQ-open), paper §3.3: three baselines and the DSP program.
 
 Each program is `fn(question, train, **config) -> dsp.Example` with `answer` (and `context` when it
-retrieves), over whatever LM and RM `dsp.settings` holds.
+retrieves), over whatever LM and RM `dsp.settings` holds. Each takes `demos=`: demonstrations chosen
+for it (by `dsp.compile`: raw training examples, or augmented ones carrying their stage records) in
+place of the ones it would draw from `train` itself.
 
 - `vanilla`: the LM alone, 16 sampled demonstrations.
 - `retrieve_then_read`: the top-k passages for the question, then a few-shot answer.
@@ -14,15 +16,20 @@ retrieves), over whatever LM and RM `dsp.settings` holds.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import dsp
 from programs.self_ask import self_ask_program
 from templates.qa import qa, qa_with_context, qa_with_cot
 
-__all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "PROGRAMS", "PRESETS"]
+__all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "PROGRAMS", "PRESETS", "SEARCH"]
+
+Label = Literal["predicted", "gold"]
 
 
-def vanilla(question: str, train: list[dsp.Example], n_demos: int = 16) -> dsp.Example:
-    x = dsp.Example(question=question, demos=dsp.sample(train, k=n_demos))
+def vanilla(question: str, train: list[dsp.Example], n_demos: int = 16,
+            demos: list[dsp.Example] | None = None) -> dsp.Example:
+    x = dsp.Example(question=question, demos=dsp.sample(train, k=n_demos) if demos is None else demos)
     _, completions = dsp.generate(qa, stop="auto")(x, stage="qa")
     return dsp.Example(question=question, answer=completions.answer)
 
@@ -34,13 +41,14 @@ def _context(question: str, k: int, order: str) -> list[str]:
 
 
 def retrieve_then_read(question: str, train: list[dsp.Example], k: int = 1, n_demos: int = 5,
-                       demo_context: bool = True, order: str = "relevance") -> dsp.Example:
-    """The top-k passages for the question, then a few-shot answer; with `demo_context`, each demo
-    shows its own top-k passages too (small models copy answers from a context only after seeing it done).
-    `order` arranges every context (see `_context`)."""
-    demos = dsp.sample(train, k=n_demos)
+                       demo_context: bool = True, order: dsp.OrderStrategy = "relevance",
+                       demos: list[dsp.Example] | None = None) -> dsp.Example:
+    """The top-k passages for the question, then a few-shot answer; with `demo_context`, each raw demo
+    shows its own top-k passages too (small models copy answers from a context only after seeing it done;
+    an augmented demo shows the context its trace read). `order` arranges every context (see `_context`)."""
+    demos = dsp.sample(train, k=n_demos) if demos is None else demos
     if demo_context:
-        demos = [d.copy(context=_context(d.question, k, order)) for d in demos]
+        demos = [d if d.get("augmented") else d.copy(context=_context(d.question, k, order)) for d in demos]
     x = dsp.Example(question=question, demos=demos, context=_context(question, k, order))
     _, completions = dsp.generate(qa_with_context, stop="auto")(x, stage="qa")
     return dsp.Example(question=question, answer=completions.answer, context=x.context)
@@ -73,19 +81,25 @@ def _annotation_attempt(pool: list[dsp.Example], k: int, n_raw: int, template: d
 
 def dsp_program(question: str, train: list[dsp.Example], k: int = 7, n: int = 20, temperature: float = 0.7,
                 n_demos: int = 3, demo_k: int = 3, pool: int = 16, n_raw: int = 8, cot: bool = True,
-                label: str = "predicted", order: str = "relevance") -> dsp.Example:
+                label: Label = "predicted", order: dsp.OrderStrategy = "relevance",
+                demos: list[dsp.Example] | None = None) -> dsp.Example:
     """The DSP open-QA program. `demo_k` passages per annotated demo keep the prompt short; `n_raw`
     raw (question/answer) demos accompany the augmented ones. `cot=False` predicts the answer
     directly (for models too small to write a rationale: the demos then show context and answer).
-    `order` arranges the passages in every context, e.g. "lost_in_the_middle" (`dsp.order_passages`)."""
+    `order` arranges the passages in every context, e.g. "lost_in_the_middle" (`dsp.order_passages`).
+    With `demos` (from `dsp.compile`), its augmented ones and up to `n_raw` raw ones are used as they are:
+    no annotation runs."""
     template = qa_with_cot if cot else qa_with_context
-    sampled = dsp.sample(train, k=pool)
     if label not in ("predicted", "gold") or (label == "gold" and cot):
         raise ValueError(f"label must be 'predicted', or 'gold' with cot=False (a gold answer has no rationale); got {label!r}")
-    attempt = _annotation_attempt(sampled, demo_k, n_raw, template, label, order)
-    demos = dsp.annotate(attempt)(sampled, k=n_demos, return_all=True)
+    given = demos is not None
+    if demos is None:
+        sampled = dsp.sample(train, k=pool)
+        attempt = _annotation_attempt(sampled, demo_k, n_raw, template, label, order)
+        demos = dsp.annotate(attempt)(sampled, k=n_demos, return_all=True)
     augmented = [d for d in demos if d.get("augmented")]
-    raw = [d for d in demos if not d.get("augmented")][:n_raw]
+    raw = [d for d in demos if not d.get("augmented")]
+    raw = raw if given else raw[:n_raw]  # chosen demos (dsp.compile) are used as they are
     x = dsp.Example(question=question, demos=augmented + raw, context=_context(question, k, order))
     _, completions = dsp.generate(template, n=n, temperature=temperature, stop="auto")(x, stage="qa")
     best = dsp.majority(completions)
@@ -107,4 +121,13 @@ PROGRAMS = {
     "retrieve_then_read": retrieve_then_read,
     "self_ask": self_ask_program,
     "dsp": dsp_program,
+}
+
+# What `dsp compile` may tune besides the demonstrations: option -> values to try (plain data).
+SEARCH = {
+    "vanilla": {},
+    "retrieve_then_read": {"k": [1, 2, 3], "demo_context": [True, False], "order": ["relevance", "lost_in_the_middle"]},
+    "self_ask": {"k": [1, 2]},
+    "dsp": {"k": [1, 2, 3], "n": [1, 5], "temperature": [0.3, 0.7], "cot": [False, True],
+            "order": ["relevance", "lost_in_the_middle"]},
 }

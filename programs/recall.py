@@ -17,7 +17,7 @@ from typing import Any
 
 import dsp
 from dsp.datasets import data_path, few_shot_train, load_litm_oracle
-from programs.cli.options import add_lm, add_n, add_out, lm_spec, nonnegative_int
+from programs.cli.options import add_lm, add_n, add_out, add_rm, lm_spec, nonnegative_int, rm_spec
 from templates.qa import rewrite
 
 __all__ = ["gold_ids", "recall_at", "rewrites_for", "add_parser", "cmd_recall"]
@@ -65,19 +65,22 @@ def add_parser(sub: Any) -> None:
     recall.add_argument("--rewrites", type=nonnegative_int, default=5,
                         help="LM-written queries per question (0: the question alone, no LM)")
     add_lm(recall)
+    add_rm(recall, "BM25 over DSP_DATA_DIR/wiki2018/passages.jsonl.gz")
     add_out(recall, "runs/results/nq-recall.json", "the JSON report")
     recall.set_defaults(handler=cmd_recall)
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
     spec = lm_spec(args) if args.rewrites else None
+    chosen_rm = rm_spec(args.rm) if args.rm else None
+    corpus = data_path("wiki2018/passages.jsonl.gz")
     questions = load_litm_oracle()
     dev, train = questions[: args.n], few_shot_train(questions[2000:], k=16, seeds=[0])[0]
-    rm = dsp.BM25(data_path("wiki2018/passages.jsonl.gz"))
-    gold = gold_ids(dev, list(rm.passages))
+    gold = gold_ids(dev, dsp.datasets.read_passages(corpus))
+    rm = dsp.rm_from_spec(chosen_rm) if chosen_rm else dsp.BM25(corpus)
     started = time.perf_counter()
     single = [[p["id"] for p in rm(q.question, k=20)] for q in dev]
-    report: dict[str, Any] = {"n": len(dev), "single": recall_at(single, gold)}
+    report: dict[str, Any] = {"n": len(dev), "rm": chosen_rm or "bm25", "single": recall_at(single, gold)}
     if args.rewrites:
         lm = dsp.lm_from_spec(spec)
         with dsp.settings.context(lm=lm, rm=rm):

@@ -59,8 +59,11 @@ def self_ask(question: str, k: int = 1, max_follow_ups: int = 3, max_tokens: int
     return dsp.Example(question=question, answer=tail.strip(), follow_ups=follow_ups, context=context)
 
 
-def self_ask_program(question: str, train: list[dsp.Example], k: int = 1, n_demos: int = 5) -> dsp.Example:
+def self_ask_program(question: str, train: list[dsp.Example], k: int = 1, n_demos: int = 5,
+                     demos: list[dsp.Example] | None = None) -> dsp.Example:
     """Self-ask as a bundled program: its follow-ups are answered by the retrieve-then-read reader
-    (demos sampled from `train`, each shown with its own top-k passages, as in retrieve-then-read)."""
-    demos = [d.copy(context=dsp.retrieve(d.question, k=k)) for d in dsp.sample(train, k=n_demos)]
-    return self_ask(question, k=k, demos=demos)
+    (demos sampled from `train`, or given, each raw one shown with its own top-k passages, as in
+    retrieve-then-read)."""
+    chosen = dsp.sample(train, k=n_demos) if demos is None else demos
+    reader = [d if d.get("augmented") else d.copy(context=dsp.retrieve(d.question, k=k)) for d in chosen]
+    return self_ask(question, k=k, demos=reader)

@@ -24,7 +24,7 @@ def test_specs_build_clients_and_name_the_valid_kinds(tmp_path):
     assert lm.name == "openai:gemma"
     with pytest.raises(SpecError, match="unknown LM 'gpt5'.*valid LMs: llamacpp, openai, openai-compatible"):
         lm_from_spec("gpt5:x")
-    with pytest.raises(SpecError, match="unknown RM 'es'.*valid RMs: bm25, dense, colbertv2, replay"):
+    with pytest.raises(SpecError, match="unknown RM 'es'.*valid RMs: bm25, dense, colbertv2, hybrid, replay"):
         rm_from_spec("es:http://x")
     with pytest.raises(SpecError, match="'bm25:' needs passages file or index dir"):
         rm_from_spec("bm25:")

@@ -19,13 +19,7 @@ from dsp.clients.llamacpp import LlamaCpp, ModelFileError, default_model_path  #
 from dsp.clients.llamacpp import model_file  # noqa: E402
 from dsp.clients.lm import ContextLengthExceeded  # noqa: E402
 
-FRANCE = (
-    "Question: What is the capital of Italy?\nAnswer: Rome\n\n"
-    "Question: What is the capital of Germany?\nAnswer: Berlin\n\n"
-    "Question: What is the capital of France?\nAnswer:"
-)
-# Longer than two prompt chunks, so calls really reuse (and must not be perturbed by) earlier KV.
-LONG_CONTEXT = " ".join(f"Item {i} of the list is the number {i * 7 % 100}." for i in range(42))
+from llamacpp_prompts import FRANCE, LONG_CONTEXT  # noqa: E402  (tests/ is on the path)
 
 
 @pytest.fixture(scope="module")
@@ -41,16 +35,23 @@ def one(lm: LlamaCpp, prompt: str, **params) -> dict:
     return lm.history[-1]["response"]["choices"][0]
 
 
-def decoded_tokens(lm: LlamaCpp, monkeypatch) -> list[int]:
-    """Record how many tokens each llama_decode call evaluates (the real call still runs)."""
-    calls: list[int] = []
-    real = lm._decode
+def decoded_tokens(lm: LlamaCpp, monkeypatch) -> list[tuple[str, int]]:
+    """Record each llama_decode call as ("prompt", tokens of one sequence: a prompt chunk or option) or
+    ("step", sequences decoding one token each); the real calls still run."""
+    calls: list[tuple[str, int]] = []
+    native = lm._native
+    real_decode, real_step = native.decode, native.decode_step
 
-    def counting(tokens, start, outputs):
-        calls.append(len(tokens))
-        return real(tokens, start, outputs)
+    def decode(tokens, start, outputs, seq=0):
+        calls.append(("prompt", len(tokens)))
+        return real_decode(tokens, start, outputs, seq)
 
-    monkeypatch.setattr(lm, "_decode", counting)
+    def decode_step(tokens, positions, seqs):
+        calls.append(("step", len(tokens)))
+        return real_step(tokens, positions, seqs)
+
+    monkeypatch.setattr(native, "decode", decode)
+    monkeypatch.setattr(native, "decode_step", decode_step)
     return calls
 
 
@@ -183,11 +184,14 @@ def test_repeated_prompt_is_not_evaluated_again(lm, monkeypatch):
     lm(prompt, max_tokens=2, cache=False)
     calls = decoded_tokens(lm, monkeypatch)
     lm(prompt, n=3, temperature=0.7, max_tokens=2, cache=False)
-    assert all(n == 1 for n in calls)  # only generated tokens were decoded, never the prompt
+    # Only generated tokens were decoded, never the prompt: the three draws copy the stream holding it,
+    # then one step decodes the first token of all three.
+    assert calls == [("step", 3)]
     calls.clear()
     # A prompt that shares the long prefix evaluates only from the last whole chunk on.
     lm(LONG_CONTEXT + "\nQuestion: What is item 10?\nAnswer:", max_tokens=1, cache=False)
-    assert 0 < sum(calls) <= lm.prompt_chunk + 20 < n_prompt
+    assert all(kind == "prompt" for kind, _ in calls)
+    assert 0 < sum(n for _, n in calls) <= lm.prompt_chunk + 20 < n_prompt
 
 
 # -- tokenizer --------------------------------------------------------------------------------------

@@ -8,13 +8,15 @@ A concrete client says who it is (`cache_identity`), which parameters a request 
   response that is an error (no completions, or malformed) raises and is never cached;
 - a prompt that is not valid text (a lone surrogate) is refused before any cache or backend work;
 - n>1 on a backend that samples one completion at a time becomes n seeded draws, each cached on its
-  own, so a rerun reproduces the same samples and asking for more reuses the ones already drawn;
+  own, so a rerun reproduces the same samples and asking for more reuses the ones already drawn; a
+  backend that declares `SamplesInBatch` gets the draws missing from the cache all at once;
 - completions cut by the length limit are dropped when at least one finished (DSP v1 behaviour);
 - `history` keeps the last calls (bounded) and `usage` sums tokens of real (uncached) requests;
 - a prompt that does not fit the context window raises `ContextLengthExceeded`, whatever the client;
 - optional capabilities are declared by inheriting `CountsTokens` (count, tokenize and cut text in the
-  model's own tokens) or `ScoresOptions` (log-probabilities of given continuations), and callers
-  check them with `isinstance`, never by probing attributes;
+  model's own tokens), `ScoresOptions` (log-probabilities of given continuations) or `SamplesInBatch`
+  (several single draws of one prompt answered together), and callers check them with `isinstance`,
+  never by probing attributes;
 - `name` ("provider:model") is how a client is shown in logs, tables and result files.
 
 >>> class Echo(LM):
@@ -33,12 +35,13 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .. import cache as _cache
 from ..settings import settings
 
-__all__ = ["LM", "Usage", "ContextLengthExceeded", "CountsTokens", "ScoresOptions", "HISTORY_SIZE", "check_text"]
+__all__ = ["LM", "Usage", "ContextLengthExceeded", "CountsTokens", "ScoresOptions", "SamplesInBatch", "HISTORY_SIZE",
+           "check_text"]
 
 HISTORY_SIZE = 1000  # calls kept per client: enough to inspect a run, bounded for long evaluations
 
@@ -132,6 +135,40 @@ class ScoresOptions(ABC):
     @abstractmethod
     def option_logprobs(self, prompt: str, options: Iterable[str], cache: bool | None = None) -> dict[str, float]:
         """{option: summed token log-probability of `option` as the continuation of `prompt`}."""
+
+
+class SamplesInBatch(ABC):
+    """Capability: the LM answers several single-draw requests for one prompt together (evaluating the
+    prompt once and decoding the draws as one batch), each response what `_request` gives for that
+    request alone. `LM._draw_each` then computes the draws of an n>1 call that the cache lacks in one
+    `_request_batch` call, and caches each on its own as before.
+
+    A client declares it by inheriting it; callers check ``isinstance(lm, SamplesInBatch)``.
+
+    >>> class Batched(LM, SamplesInBatch):
+    ...     native_n = False
+    ...     def _request(self, request):
+    ...         return self._request_batch([request])[0]
+    ...     def _request_batch(self, requests):
+    ...         print("one batch of", len(requests))
+    ...         return [{"choices": [{"text": f" #{r['seed']}", "finish_reason": "stop"}]} for r in requests]
+    >>> Batched("b")("Q:", n=3, seed=5, cache=False)
+    one batch of 3
+    [' #5', ' #6', ' #7']
+    """
+
+    @abstractmethod
+    def _request_batch(self, requests: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One response per request, in order; the requests share their prompt and ask for n=1 each
+        (`LM._draw_each` sends ones that differ only in `seed`)."""
+
+
+class _NotCached(Exception):
+    """Raised in place of computing: asks the cache whether it holds an answer, and nothing else."""
+
+
+def _not_cached() -> Any:
+    raise _NotCached
 
 
 def check_text(text: str, what: str) -> None:
@@ -258,10 +295,15 @@ class LM:
         })
         return completions
 
-    def _cached_request(self, request: dict[str, Any], cache: bool | None) -> tuple[dict[str, Any], bool]:
+    def _cached_request(self, request: dict[str, Any], cache: bool | None,
+                        answer: Callable[[], Any] | None = None) -> tuple[dict[str, Any], bool]:
+        """`request`'s response and whether it came from the cache. On a miss `answer()` gives it when
+        set (a response computed already, and accounted, by the caller), else `_request`."""
         key_request = {"kind": "lm", **self.cache_identity(), "request": request}
 
         def compute() -> dict[str, Any]:
+            if answer is not None:
+                return answer()
             response = self._request(_copy_request(request))
             # Counted even when it is an error: the backend was asked (and may have charged).
             self._account(response if isinstance(response, Mapping) else {}, cached=False)
@@ -283,16 +325,46 @@ class LM:
         return response, cached
 
     def _draw_each(self, request: dict[str, Any], n: int, cache: bool | None) -> tuple[dict[str, Any], bool]:
-        """n>1 as n single draws seeded seed, seed+1, ...: each cached alone, so reruns reproduce them."""
+        """n>1 as n single draws seeded seed, seed+1, ...: each cached alone, so reruns reproduce them.
+        A `SamplesInBatch` backend computes the draws the cache lacks in one batch."""
         seed = request.get("seed") or 0
+        draws = [{**request, "n": 1, "seed": seed + i} for i in range(n)]
+        if isinstance(self, SamplesInBatch):
+            answered = self._draw_batched(draws, cache)
+        else:
+            answered = [self._cached_request(draw, cache) for draw in draws]
         choices, usage, all_cached = [], {"prompt_tokens": 0, "completion_tokens": 0}, True
-        for i in range(n):
-            one, cached = self._cached_request({**request, "n": 1, "seed": seed + i}, cache)
+        for one, cached in answered:
             all_cached &= cached
             choices.extend(one.get("choices") or [])
             for key in usage:
                 usage[key] += (one.get("usage") or {}).get(key, 0)
         return {"choices": choices, "usage": usage}, all_cached
+
+    def _draw_batched(self, draws: list[dict[str, Any]], cache: bool | None) -> list[tuple[dict[str, Any], bool]]:
+        """The draws' (response, cached): cache hits as they are, the rest from one `_request_batch`."""
+        if not isinstance(self, SamplesInBatch):
+            raise TypeError(f"{type(self).__name__} does not declare SamplesInBatch")
+        answered: list[tuple[dict[str, Any], bool] | None] = [None] * len(draws)
+        if cache is not False:
+            for i, draw in enumerate(draws):
+                try:
+                    answered[i] = self._cached_request(draw, cache, answer=_not_cached)
+                except _NotCached:
+                    pass
+        missing = [i for i, found in enumerate(answered) if found is None]
+        if len(missing) == 1:
+            answered[missing[0]] = self._cached_request(draws[missing[0]], cache)
+        elif missing:
+            responses = self._request_batch([_copy_request(draws[i]) for i in missing])
+            if not isinstance(responses, (list, tuple)) or len(responses) != len(missing):
+                raise ValueError(f"{self!r} returned {type(responses).__name__} for a batch of {len(missing)} "
+                                 f"requests, not a list of {len(missing)} responses")
+            for response in responses:  # counted before any check: the backend computed them all
+                self._account(response if isinstance(response, Mapping) else {}, cached=False)
+            for i, response in zip(missing, responses):
+                answered[i] = self._cached_request(draws[i], cache, answer=lambda response=response: response)
+        return [found for found in answered if found is not None]
 
     def _account(self, response: Mapping[str, Any], cached: bool) -> None:
         # The client's own totals, and the current context's (dsp.evaluate counts tokens per example).

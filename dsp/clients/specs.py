@@ -12,6 +12,7 @@
     bm25:passages.jsonl.gz | bm25:index_dir       BM25 over a passage file or a saved index
     dense:passages.jsonl.gz | dense:index_dir     faiss over E5 embeddings
     colbertv2:http://host:port/api/search         a ColBERTv2 server (or `dsp serve`); option post=1
+    hybrid:passages.jsonl.gz[,fuse=rrf]           BM25 and E5 dense over the same passages, fused
     replay:rm.jsonl                               a recorded run
 
 A spec is plain text with no credential in it, so it can travel to worker processes, which rebuild
@@ -153,6 +154,8 @@ class _Kind:
             raise SpecError(f"{kind} spec: type must be chat or text, got {options['type']!r}")
         if kind == "colbertv2" and "post" in options:
             _bool_option(kind, "post", options["post"])
+        if kind == "hybrid" and options.get("fuse", "combsum") not in ("combsum", "rrf"):
+            raise SpecError(f"hybrid spec: fuse must be combsum or rrf, got {options['fuse']!r}")
 
 
 def _first_model(base_url: str) -> str:
@@ -226,6 +229,15 @@ def _colbertv2(argument: str, options: dict[str, str]) -> Any:
     return ColBERTv2(argument, post_requests=_bool_option("colbertv2", "post", options.get("post", "0")))
 
 
+def _hybrid(argument: str, options: dict[str, str]) -> Any:
+    from .bm25 import BM25
+    from .dense import DenseRM
+    from .hybrid import HybridRM
+
+    path = Path(argument).expanduser()
+    return HybridRM([BM25(path), DenseRM(path)], fuse=options.get("fuse", "combsum"))
+
+
 def _replay_rm(argument: str, options: dict[str, str]) -> Any:
     from .replay import ReplayRM
 
@@ -243,6 +255,7 @@ RM_KINDS: dict[str, _Kind] = {
     "bm25": _Kind((), "passages file or index dir", _bm25, path="file_or_index"),
     "dense": _Kind((), "passages file or index dir", _dense, path="file_or_index"),
     "colbertv2": _Kind(("post",), "server url", _colbertv2),
+    "hybrid": _Kind(("fuse",), "passages file", _hybrid, path="file"),
     "replay": _Kind((), "recording path", _replay_rm, path="file"),
 }
 

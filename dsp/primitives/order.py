@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any, Sequence, TypeVar
+from typing import Any, Literal, Sequence, TypeVar, get_args
 
-__all__ = ["order_passages", "ORDER_STRATEGIES"]
+__all__ = ["order_passages", "ORDER_STRATEGIES", "OrderStrategy"]
 
 T = TypeVar("T")
 
-ORDER_STRATEGIES = ("relevance", "reverse", "lost_in_the_middle", "random")
+# The strategies as a type, so a program's `order: OrderStrategy` option declares its valid values.
+OrderStrategy = Literal["relevance", "reverse", "lost_in_the_middle", "random"]
+ORDER_STRATEGIES = get_args(OrderStrategy)
 
 
 def order_passages(passages: Sequence[T], strategy: str = "lost_in_the_middle", *,

@@ -11,12 +11,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..clients.rm import Passage, check_count
+from ..clients.fusion import FUSIONS
+from ..clients.fusion import fuse as fuse_lists
+from ..clients.rm import check_count
 from ..settings import settings
 
 __all__ = ["retrieve", "fused_retrieval", "retrieveEnsemble", "rank", "FUSIONS"]
-
-RRF_K = 60  # the constant of reciprocal-rank fusion (Cormack et al., 2009)
 
 
 def _current_rm() -> Any:
@@ -29,17 +29,6 @@ def _current_rm() -> Any:
 def retrieve(query: str, k: int, **params: Any) -> list[str]:
     """The texts of the top-`k` passages for `query` from `settings.rm` (``"Title | text"`` form)."""
     return [p["long_text"] for p in _current_rm()(query, k=k, **params)]
-
-
-def _combsum(passage: Passage, by_prob: bool) -> float:
-    return float(passage["prob"] if by_prob else passage.get("score", 0.0))
-
-
-def _rrf(passage: Passage, by_prob: bool) -> float:
-    return 1.0 / (RRF_K + passage["rank"])
-
-
-FUSIONS = {"combsum": _combsum, "rrf": _rrf}
 
 
 def fused_retrieval(queries: Sequence[str], k: int, fuse: str = "combsum", by_prob: bool = True,
@@ -66,19 +55,10 @@ def fused_retrieval(queries: Sequence[str], k: int, fuse: str = "combsum", by_pr
     queries = [q for q in queries if q]
     if not queries:
         raise ValueError("fused_retrieval got no non-empty query")
-    rm, contribution = _current_rm(), FUSIONS[fuse]
+    rm = _current_rm()
     depth = 3 * k if depth is None else depth
-    scores: dict[str, float] = {}
-    records: dict[str, Passage] = {}
-    for query in queries:
-        for passage in rm(query, k=depth, **params):
-            text = passage["long_text"]
-            scores[text] = scores.get(text, 0.0) + contribution(passage, by_prob)
-            records.setdefault(text, passage)
-    ranked = sorted(((score, text) for text, score in scores.items()), reverse=True)[:k]
-    if not return_passages:
-        return [text for _, text in ranked]
-    return [Passage(records[text], score=score, rank=i) for i, (score, text) in enumerate(ranked, start=1)]
+    fused = fuse_lists((rm(query, k=depth, **params) for query in queries), k, fuse, by_prob)
+    return fused if return_passages else [p["long_text"] for p in fused]
 
 
 retrieveEnsemble = fused_retrieval  # DSP v1's name

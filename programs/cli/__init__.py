@@ -4,6 +4,8 @@
     dsp run dsp --dataset nq --n 300 --seed 0,1,2,3,4 --threads 2
     dsp run retrieve_then_read --dataset hotpotqa --lm openai:gpt-4o-mini
     dsp ask "Who wrote Hamlet?" --program dsp --dataset nq
+    dsp compile dsp --dataset nq --candidates 8 --out runs/compiled/nq-dsp.json
+    dsp run dsp --dataset nq --n 1000 --compiled runs/compiled/nq-dsp.json
     dsp index --passages passages.jsonl.gz --out index/ [--backend bm25|dense]
     dsp serve --index index/ --port 8893
     dsp recall --n 300 --rewrites 5
@@ -34,12 +36,12 @@ def build_parser() -> Parser:
     from programs.detectiveqa import cli as detectiveqa_cli
     from programs.litm import cli as litm_cli
 
-    from . import index, run
+    from . import compile as compile_, index, run
 
     parser = Parser(prog="dsp", description="Demonstrate-Search-Predict: programs over a frozen LM and RM.",
                     epilog=__doc__.split("\n\n")[1] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (demo, run, index, recall, litm_cli, detectiveqa_cli):
+    for module in (demo, run, compile_, index, recall, litm_cli, detectiveqa_cli):
         module.add_parser(sub)
     return parser
 

@@ -17,17 +17,19 @@ import importlib
 import inspect
 import re
 import sys
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
 import dsp
 from dsp.evaluation import Ray, Runner, Threads
+from programs.conversational import Conversations
 from programs.tasks import TASKS, Task
 
 from .options import (
-    UsageError, add_lm, add_n, add_out, add_rm, add_seed, add_threads, lm_spec, nonnegative_int, parse_set,
-    positive_int, program_options, rm_spec,
+    UsageError, add_lm, add_n, add_out, add_rm, add_seed, add_threads, existing_path, lm_spec, nonnegative_int,
+    parse_set, positive_int, program_options, rm_spec,
 )
 
 __all__ = ["add_parser", "cmd_run", "cmd_ask", "resolve_program", "build_rm", "results_name"]
@@ -53,6 +55,8 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--preset", help="a named set of the program's options, e.g. small (for the embedded model)")
     run.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="program options, e.g. k=5 n=10")
     run.add_argument("--dev-seed", type=nonnegative_int, default=0, help="seed of the dev downsampling")
+    run.add_argument("--compiled", type=existing_path, metavar="FILE.json",
+                     help="run the program as `dsp compile` tuned it: its demonstrations and options")
     ray = run.add_argument_group("Ray (a cluster)")
     ray.add_argument("--backend", choices=("threads", "ray"), default="threads",
                      help="threads in this process, or batches as Ray tasks on a cluster")
@@ -169,21 +173,32 @@ def _runner(args: argparse.Namespace, task: Task) -> Runner:
 
 
 def _bound(task: Task, program: Callable, train: list, options: dict[str, Any], dev: list) -> Callable:
-    from functools import partial
-
     bound = partial(program, train=train, **options)
-    if task.conversational:
-        from programs.conversational import Conversations
-
-        return Conversations(dev, bound)
-    return bound
+    return Conversations(dev, bound) if task.conversational else bound
 
 
 # -- the commands ---------------------------------------------------------------------------------------
 
+def _compiled(task: Task, args: argparse.Namespace, program: Callable) -> tuple[Any, str]:
+    """The compiled program of --compiled (checked against the program asked for) and its file digest."""
+    if args.preset or args.set:
+        raise UsageError("--compiled fixes the program's options: drop --preset and --set")
+    try:
+        compiled = dsp.load_compiled(args.compiled)
+    except (ValueError, ImportError) as error:
+        raise UsageError(f"--compiled: {error}") from None
+    made_for = dsp.compiling.program_name(program)
+    if dsp.compiling.program_name(compiled.program) != made_for:
+        raise UsageError(f"--compiled {args.compiled} holds {dsp.compiling.program_name(compiled.program)}, not "
+                         f"{made_for} ({args.program} on {task.name})")
+    digest = hashlib.sha256(Path(args.compiled).read_bytes()).hexdigest()[:16]
+    return compiled, digest
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     task = TASKS[args.dataset]
     program, options = resolve_program(task, args.program, args.preset, parse_set(args.set))
+    compiled, digest = _compiled(task, args, program) if args.compiled else (None, None)
     runner = _runner(args, task)
     lm_text = lm_spec(args)
     rm_text = _rm_choice(args)
@@ -200,14 +215,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     results = []
     with dsp.settings.context(lm=lm, rm=rm):
         for seed in args.seed:
-            out = out_dir / results_name(task, args.program, args.preset, program, options, args.shots, seed)
             identity = {"task": task.name, "dev": {"order": task.dev_order, "seed": args.dev_seed},
                         "program_name": args.program, "preset": args.preset,
                         "options": dsp.evaluation.describe(effective_options(program, options)),
                         "shots": args.shots}
+            if compiled is not None:
+                out = out_dir / f"{task.name}-{args.program}-compiled_{Path(args.compiled).stem}-seed{seed}.jsonl"
+                identity.update(compiled=digest, options=dsp.evaluation.describe(compiled.options), shots=None)
+                bound = Conversations(dev, compiled) if task.conversational else compiled
+            else:
+                out = out_dir / results_name(task, args.program, args.preset, program, options, args.shots, seed)
+                bound = _bound(task, program, trains[seed], options, dev)
             print(f"== {args.program} on {task.name}: {len(dev)} examples, seed {seed}, {lm.name}, {rm!r} -> {out}")
-            result = dsp.evaluate(_bound(task, program, trains[seed], options, dev), dev, metric=task.metric,
-                                  fields=task.fields, runner=runner, out=out, run=identity, seed=seed)
+            result = dsp.evaluate(bound, dev, metric=task.metric, fields=task.fields, runner=runner, out=out,
+                                  run=identity, seed=seed)
             low, high = result.confidence_interval()
             print(f"{result.metric_name} {result.score:.1f} (95% CI {low:.1f} to {high:.1f}), n={len(result.rows)}")
             results.append(result)

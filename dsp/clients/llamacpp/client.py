@@ -1,7 +1,9 @@
 """`LlamaCpp`: the LM client over a GGUF model run in-process (see `native.py` for llama.cpp itself).
 
-This module decides what to evaluate and what to return; every llama.cpp operation (decoding a batch,
-reading logits, trimming the KV cache, sampling, token pieces) is a call on `native.NativeModel`.
+This module checks requests and says what to compute; `scheduler.Scheduler` runs it (for every thread
+at once, in shared batches), `draw.Draw` follows each completion, and every llama.cpp operation
+(decoding a batch, reading logits, trimming and copying the KV cache, sampling, token pieces) is a
+call on `native.NativeModel`.
 
 >>> lm = LlamaCpp()                                                   # doctest: +SKIP
 >>> lm("Question: What is the capital of France?\\nAnswer:", stop=["\\n"])  # doctest: +SKIP
@@ -16,6 +18,12 @@ Design notes (the why):
   cache off reproduces, threads do not perturb each other's greedy outputs).
 - The logits after the last prompt token are kept, so repeating the same prompt (n seeded draws for
   self-consistency) evaluates nothing before sampling.
+- n draws of one prompt (`SamplesInBatch`), and the calls of several threads, are decoded together:
+  each step decodes one token of every running completion, `batch_width` per llama.cpp batch, so the
+  weights are read once per batch rather than per completion. Each completion has a KV stream of its
+  own and no batch is wider than the measured `batch_width`, which keeps its numbers bit for bit
+  those of a lone request (see `native.py`): batching changes no answer, so it is not part of the
+  cache identity, and `n_seq=1` (one completion at a time) gives the same completions, slower.
 - Log-probabilities are read from the logits of the token being sampled, which llama.cpp computes
   anyway: no second model with ``logits_all=True`` (about 6x slower on prompts and a
   n_ctx x 262k float buffer) is needed.
@@ -25,17 +33,22 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
 from ... import cache as _cache
-from ..lm import LM, ContextLengthExceeded, CountsTokens, ScoresOptions
+from ..lm import LM, ContextLengthExceeded, CountsTokens, SamplesInBatch, ScoresOptions
 from .model_file import check_model_file, default_model_path, file_sha256
 from .native import NativeModel
+from .scheduler import Scheduler
 
-__all__ = ["LlamaCpp", "GENERATION_DEFAULTS"]
+__all__ = ["LlamaCpp", "GENERATION_DEFAULTS", "DEFAULT_N_SEQ"]
+
+# Sequences in flight by default (each costs a KV stream of n_ctx tokens). A step decodes them in
+# llama.cpp batches of `batch_width` (measured at load: 7 on this project's AVX2 machine), so more
+# streams than that add concurrency (threads, n draws, kept prompts to copy) rather than speed.
+DEFAULT_N_SEQ = 16
 
 # Every generation parameter a request carries (all of them go into the cache key).
 GENERATION_DEFAULTS: Mapping[str, Any] = MappingProxyType({
@@ -66,16 +79,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-class LlamaCpp(LM, CountsTokens, ScoresOptions):
+class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
     """A GGUF model run in-process with llama.cpp; Gemma 3 270M (Q4_K_M) when no path is given.
 
     Parameters (per request, or as defaults here): `temperature` (0 = greedy, deterministic),
@@ -89,7 +93,12 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions):
     prompt here: 21.9 s instead of 30.6 s on one thread); its sums run in another order, so it is part
     of the cache identity (answers may differ in the last bits).
 
-    One context serves all callers, behind a lock: threads may share an instance (calls are serialised).
+    One context serves all callers: threads may share an instance, and up to `n_seq` completions (n>1
+    draws of one call, other threads' calls) are decoded together, `batch_width` per llama.cpp batch,
+    each with the tokens it would get alone. Each of the `n_seq` sequences has a KV stream of `n_ctx`
+    tokens (memory: n_seq x n_ctx x 18 KB for Gemma 3 270M, 1.2 GB at the defaults); `n_seq=1` decodes
+    one completion at a time, as before (same answers, slower). With `flash_attn` or `extra_buffers` it is 1: their
+    kernels give a completion other numbers in a batch than alone (measured on this project's CPU).
     `n_threads` defaults to the usable cores; when other work keeps those cores busy, 1 thread can be
     several times faster (llama.cpp's worker threads spin-wait for each other).
 
@@ -101,16 +110,24 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions):
     """
 
     provider = "llamacpp"
-    native_n = False  # llama.cpp samples one sequence at a time: the base turns n>1 into seeded draws
+    native_n = False  # one completion per request: the base turns n>1 into seeded draws (batched, see above)
     prompt_chunk = 256  # reuse granularity; see the module notes on why prompts are chunk-aligned
 
     def __init__(self, model_path: str | os.PathLike | None = None, n_ctx: int = 4096, n_threads: int | None = None,
                  seed: int = 0, *, verbose: bool = False, extra_buffers: bool = False, flash_attn: bool = False,
-                 **defaults: Any) -> None:
+                 n_seq: int | None = None, **defaults: Any) -> None:
         if not _is_int(n_ctx) or n_ctx < 16:
             raise ValueError(f"n_ctx must be an integer >= 16, got {n_ctx!r}")
         if n_threads is not None and (not _is_int(n_threads) or n_threads < 1):
             raise ValueError(f"n_threads must be a positive integer or None, got {n_threads!r}")
+        if n_seq is not None and (not _is_int(n_seq) or not 1 <= n_seq <= 256):  # llama.cpp's limit: 256
+            raise ValueError(f"n_seq must be an integer from 1 to 256 or None, got {n_seq!r}")
+        exact_alone = [name for name, on in (("flash_attn", flash_attn), ("extra_buffers", extra_buffers)) if on]
+        if exact_alone and n_seq not in (None, 1):
+            # Measured: with these kernels a sequence's numbers in a batch differ from its numbers alone,
+            # so an answer would depend on what else was running.
+            raise ValueError(f"n_seq={n_seq} with {' and '.join(exact_alone)}: those kernels give a completion "
+                             f"other numbers in a batch than alone; use n_seq=1")
         if model_path is None:
             path = default_model_path()
         else:
@@ -130,17 +147,18 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions):
         if not isinstance(flash_attn, bool):
             raise TypeError(f"flash_attn must be True or False, got {flash_attn!r}")
         self.flash_attn = flash_attn
+        n_seq = 1 if exact_alone else DEFAULT_N_SEQ if n_seq is None else n_seq
+        self.n_seq = min(n_seq, self._n_batch)  # a step (one token per sequence) must fit in one batch
         self._native: NativeModel | None = NativeModel(path, n_ctx, self.n_threads, self._n_batch, verbose,
-                                                       self.extra_buffers, flash_attn)
+                                                       self.extra_buffers, flash_attn, self.n_seq)
+        # The widest llama.cpp batch that leaves every sequence's numbers as they are alone (measured).
+        self.batch_width = self._native.exact_width(self.n_seq) if self.n_seq > 1 else 1
+        self._scheduler = Scheduler(self._native, self._chunk, self.batch_width)
         # Hashed after a successful load (a broken file fails fast), and only once per file version.
         self.model_sha256 = file_sha256(path)
         self.model_bytes = path.stat().st_size
         self.n_vocab = self._native.n_vocab
         self._add_bos = self._native.add_bos
-        self._model_lock = threading.Lock()
-        # What the KV cache holds: the last prompt, evaluated in aligned chunks, and its final logits.
-        self._kv_prompt: list[int] = []
-        self._prompt_logits: Any = None
 
     # -- identity and requests ----------------------------------------------------------------------
 
@@ -277,128 +295,33 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions):
                 prompt_tokens=n_prompt, requested=n_more, limit=self.n_ctx,
             )
 
-    # -- evaluation (call with self._model_lock held) -----------------------------------------------
-
-    def _decode(self, tokens: Sequence[int], start: int, outputs: str) -> None:
-        """Decode `tokens` at positions start.. ; outputs: "none", "last" or "all" rows of logits."""
-        self._native.decode(tokens, start, outputs)
-
-    def _forget_kv(self) -> None:
-        self._kv_prompt, self._prompt_logits = [], None
-        self._native.kv_clear()
-
-    def _eval_prompt(self, ids: list[int]) -> Any:
-        """Put `ids` in the KV cache (reusing whole aligned chunks of the previous prompt) and return the
-        logits after its last token. Deterministic: the same chunks are always decoded the same way."""
+    def _live(self) -> Scheduler:
         if self._native is None:
             raise RuntimeError(f"{self!r} was closed")
-        if ids == self._kv_prompt and self._prompt_logits is not None:
-            # The same prompt again: drop the previous completion, sample straight from kept logits.
-            if self._native.kv_remove_from(len(ids)):
-                return self._prompt_logits
-        chunk = self._chunk
-        whole_chunks = len(self._kv_prompt) // chunk * chunk  # a trailing partial chunk is never reused
-        keep = min(_common_prefix(self._kv_prompt, ids), whole_chunks) // chunk * chunk
-        if keep >= len(ids):  # must decode at least the last chunk to get its logits
-            keep = (len(ids) - 1) // chunk * chunk
-        if keep == 0 or not self._native.kv_remove_from(keep):
-            keep = 0
-            self._native.kv_clear()
-        self._kv_prompt, self._prompt_logits = [], None
-        try:
-            for start in range(keep, len(ids), chunk):
-                part = ids[start:start + chunk]
-                self._decode(part, start, "last" if start + len(part) == len(ids) else "none")
-            logits = self._native.logits(-1).copy()
-        except BaseException:
-            self._forget_kv()  # a half-evaluated prompt must not be reused
-            raise
-        self._kv_prompt, self._prompt_logits = list(ids), logits
-        return logits
+        return self._scheduler
 
-    # -- sampling -----------------------------------------------------------------------------------
-
-    def _top_logprobs(self, logits: Any, token: int, k: int) -> tuple[float, dict[str, float]]:
-        import numpy as np
-        values = logits.astype(np.float64)
-        top = values.max()
-        logprobs = values - (top + np.log(np.exp(values - top).sum()))
-        best: dict[str, float] = {}
-        if k > 0:
-            ids = np.argpartition(-logprobs, k - 1)[:k] if k < self.n_vocab else np.arange(self.n_vocab)
-            for i in sorted(ids.tolist(), key=lambda i: -logprobs[i]):
-                text = self._native.piece(i).decode("utf-8", errors="replace")
-                best.setdefault(text, float(logprobs[i]))
-        return float(logprobs[token]), best
+    def _forget_kv(self) -> None:
+        """Empty the KV cache (once nothing runs): the next prompts are evaluated from scratch."""
+        self._live().forget_all()
 
     # -- the request --------------------------------------------------------------------------------
 
     def _request(self, request: dict[str, Any]) -> dict[str, Any]:
-        if request.get("n", 1) != 1:
-            raise ValueError(f"LlamaCpp draws one completion per request, got n={request.get('n')!r}")
-        ids = self._prompt_ids(request["prompt"])
-        max_tokens = request["max_tokens"]
-        self._check_fits(len(ids), max_tokens)
-        stops: list[str] = request["stop"]
-        longest_stop = max((len(s) for s in stops), default=0)
-        k = request["logprobs"]
-        native = self._native
-        out_tokens: list[int] = []
-        starts: list[int] = []      # character offset where each kept token's text starts
-        token_logprobs: list[float] = []
-        top_logprobs: list[dict[str, float]] = []
-        text, raw, finish = "", b"", "length"
-        with self._model_lock:
-            logits = self._eval_prompt(ids)
-            chain = native.new_sampler(request["temperature"], request["top_k"], request["top_p"],
-                                       request["min_p"], request["seed"])
-            try:
-                position = len(ids)
-                while True:
-                    if out_tokens:
-                        token = native.sample(chain)
-                        if k is not None:
-                            logits = native.logits(-1)
-                    else:
-                        token = native.sample_from(chain, logits)
-                    if native.is_eog(token):
-                        finish = "stop"
-                        break
-                    if k is not None:
-                        chosen, best = self._top_logprobs(logits, token, k)
-                        token_logprobs.append(chosen)
-                        top_logprobs.append(best)
-                    out_tokens.append(token)
-                    starts.append(len(text))
-                    raw += native.piece(token)
-                    seen = len(text)
-                    text = raw.decode("utf-8", errors="ignore")  # an unfinished character waits for its bytes
-                    if stops:
-                        # Only the new text (plus a stop's length of overlap) can hold a new match.
-                        window = max(0, seen - longest_stop)
-                        hits = [i for i in (text.find(s, window) for s in stops) if i >= 0]
-                        if hits:
-                            text, finish = text[:min(hits)], "stop"
-                            break
-                    if len(out_tokens) >= max_tokens:
-                        break
-                    self._decode([token], position, "last")
-                    position += 1
-            except BaseException:
-                self._forget_kv()
-                raise
-            finally:
-                native.free_sampler(chain)
-        choice: dict[str, Any] = {"text": text, "finish_reason": finish}
-        if k is not None:
-            kept = sum(1 for s in starts if s < len(text)) if finish == "stop" and stops else len(out_tokens)
-            choice["logprobs"] = {
-                "tokens": [native.piece(t).decode("utf-8", errors="replace") for t in out_tokens[:kept]],
-                "token_ids": out_tokens[:kept],
-                "token_logprobs": token_logprobs[:kept],
-                "top_logprobs": top_logprobs[:kept],
-            }
-        return {"choices": [choice], "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out_tokens)}}
+        return self._request_batch([request])[0]
+
+    def _request_batch(self, requests: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Single draws of one prompt, decoded together (and with other threads' requests); each response
+        is bit for bit what the request gets alone."""
+        scheduler = self._live()
+        prompt = requests[0]["prompt"]
+        for request in requests:
+            if request.get("n", 1) != 1:
+                raise ValueError(f"LlamaCpp draws one completion per request, got n={request.get('n')!r}")
+            if request["prompt"] != prompt:
+                raise ValueError("LlamaCpp._request_batch: the requests must share one prompt")
+        ids = self._prompt_ids(prompt)
+        self._check_fits(len(ids), max(request["max_tokens"] for request in requests))
+        return scheduler.generate(ids, requests)
 
     # -- scoring options ----------------------------------------------------------------------------
 
@@ -451,37 +374,38 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions):
         per_option = {option: self._option_ids(ids, prompt, option) for option in options}
         longest = max(len(t) for t in per_option.values())
         self._check_fits(len(ids), longest, more="the longest option's token count is")
-        scores: dict[str, float] = {}
-        with self._model_lock:
-            first = self._eval_prompt(ids)
-            try:
-                for option, tokens in per_option.items():
-                    total = logprob_of(first, tokens[0])
-                    # Logits after each option token but the last predict the next one.
-                    for start in range(0, len(tokens) - 1, self._n_batch):
-                        part = tokens[start:start + self._n_batch]
-                        part = part[:len(tokens) - 1 - start]
-                        self._native.kv_remove_from(len(ids) + start)
-                        self._decode(part, len(ids) + start, "all")
-                        for j in range(len(part)):
-                            total += logprob_of(self._native.logits(j), tokens[start + j + 1])
-                    scores[option] = total
-                # Back to just the prompt, so its kept logits still describe the cache.
-                if not self._native.kv_remove_from(len(ids)):
-                    self._forget_kv()
-            except BaseException:
-                self._forget_kv()
-                raise
+        native = self._native
+
+        def score(seq: int, first: Any) -> dict[str, float]:
+            scores: dict[str, float] = {}
+            for option, tokens in per_option.items():
+                total = logprob_of(first, tokens[0])
+                # Logits after each option token but the last predict the next one.
+                for start in range(0, len(tokens) - 1, self._n_batch):
+                    part = tokens[start:start + self._n_batch]
+                    part = part[:len(tokens) - 1 - start]
+                    native.kv_remove_from(len(ids) + start, seq)
+                    native.decode(part, len(ids) + start, "all", seq)
+                    for j in range(len(part)):
+                        total += logprob_of(native.logits(j), tokens[start + j + 1])
+                scores[option] = total
+            return scores
+
+        # The scheduler drops the option tokens afterwards, so the stream holds just the prompt again.
+        scores = self._live().run_with_prompt(ids, score)
         return scores, len(ids) + sum(len(t) for t in per_option.values())
 
     # -- lifetime -----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Free the model and its context now (otherwise freed when the object is collected)."""
-        with self._model_lock:
-            native, self._native = getattr(self, "_native", None), None
-            if native is not None:
-                native.close()
+        """Free the model and its context now (otherwise freed when the object is collected); calls
+        still running finish first, later ones raise."""
+        scheduler = getattr(self, "_scheduler", None)
+        if scheduler is not None:
+            scheduler.close()
+        native, self._native = getattr(self, "_native", None), None
+        if native is not None:
+            native.close()
 
     def __repr__(self) -> str:
         # The options that change answers (they are in the cache identity) show; threads do not.

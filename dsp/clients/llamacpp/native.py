@@ -1,9 +1,25 @@
 """Everything that touches llama.cpp's internals: loading, batches, logits, the KV cache, samplers.
 
-`NativeModel` is the one door to llama.cpp: the client (`client.py`) asks it to tokenize, decode
-tokens at positions, read logits, trim the KV cache and sample, and never sees ctypes, the
-low-level ``llama_cpp.llama_cpp`` API or the `Llama` object's private parts. Importing this module
-does not import llama.cpp; loading a model does.
+`NativeModel` is the one door to llama.cpp: the client (`client.py`) and the scheduler
+(`scheduler.py`) ask it to tokenize, decode tokens at positions, read logits, trim and copy the KV
+cache and sample, and never see ctypes, the low-level ``llama_cpp.llama_cpp`` API or the `Llama`
+object's private parts. Importing this module does not import llama.cpp; loading a model does.
+
+Why one KV stream per sequence: the context holds `n_seq` sequences, each in its own stream
+(``n_seq_max=n_seq``, ``kv_unified=False``, every stream `n_ctx` cells). llama.cpp's numbers depend on
+which cache cells a sequence's tokens sit in; in a shared (unified) cache a sequence's cells depend on
+what else was decoded with it, so the same seeded draw would come out differently in another batch
+(measured here: logits move by ~0.7 after a few steps). In a stream of its own, a sequence's cells are
+always its positions, and decoding it in a batch with other streams' tokens gives bit for bit the
+logits it gets alone (measured: batches of 2-20 streams, streams of other lengths, copied streams).
+The price: each stream holds its own copy of a shared prompt (a whole-stream copy, and attention
+reads it once per sequence).
+
+Why batches are cut to `exact_width` tokens: ggml picks its matrix kernels by the number of tokens in
+a batch, and some of those kernels round differently (measured here, AMD EPYC with AVX2: up to 7
+tokens every sequence gets its lone logits bit for bit, from 8 on the q4_K projections round
+otherwise). `exact_width` measures, once per process and model, the widest batch that changes no
+sequence's numbers; the scheduler never decodes more tokens than that in one call.
 
 Why the extra weight buffers: llama.cpp's AMX / repacked weight layouts ("extra buffer types") are off
 by default, because on this project's machines (Xeon with AMX) the AMX matmul segfaults on
@@ -23,6 +39,8 @@ import logging
 import os
 import sys
 import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -33,6 +51,8 @@ __all__ = ["NativeModel", "load_llama", "model_defaults_without_extra_buffers", 
 log = logging.getLogger("dsp.llamacpp")
 
 _LOAD_LOCK = threading.Lock()     # model loading swaps a llama_cpp module attribute and fd 2
+# (model file, threads, kernels) -> (exact batch width, widest batch tried), measured once per process.
+_EXACT_WIDTHS: dict[tuple[Any, ...], tuple[int, int]] = {}
 
 
 def import_llama_cpp() -> Any:
@@ -101,18 +121,39 @@ def model_defaults_without_extra_buffers(enabled: bool = True) -> Iterator[None]
             low.llama_model_default_params = original
 
 
+@contextlib.contextmanager
+def _context_defaults(n_seq: int) -> Iterator[None]:
+    """While open, new contexts hold `n_seq` sequences, one KV stream each (`Llama()` takes no option
+    for it but reads `llama_context_default_params` at call time). Call with `_LOAD_LOCK` held."""
+    low = import_llama_cpp().llama_cpp
+    original = low.llama_context_default_params
+
+    def params_with_streams() -> Any:
+        params = original()
+        params.n_seq_max = n_seq
+        params.kv_unified = False  # a stream per sequence: see the module notes
+        return params
+
+    low.llama_context_default_params = params_with_streams
+    try:
+        yield
+    finally:
+        low.llama_context_default_params = original
+
+
 def load_llama(path: Path, n_ctx: int, n_threads: int, n_batch: int, verbose: bool, extra_buffers: bool,
-               flash_attn: bool = False) -> Any:
+               flash_attn: bool = False, n_seq: int = 1) -> Any:
     """A `llama_cpp.Llama` for `path` (logits of the last token only), loaded quietly unless `verbose`.
+    With `n_seq` > 1 its context holds that many sequences of up to `n_ctx` tokens, one KV stream each.
 
     >>> llm = load_llama(default_model_path(), 2048, 1, 512, verbose=False, extra_buffers=False)  # doctest: +SKIP
     """
     llama_cpp = import_llama_cpp()
     with model_defaults_without_extra_buffers(not extra_buffers):
         try:
-            with _quiet_stderr(not verbose):
+            with _quiet_stderr(not verbose), _context_defaults(n_seq) if n_seq > 1 else contextlib.nullcontext():
                 return llama_cpp.Llama(
-                    model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+                    model_path=str(path), n_ctx=n_ctx * n_seq, n_batch=n_batch, n_ubatch=n_batch,
                     n_threads=n_threads, n_threads_batch=n_threads, logits_all=False, verbose=verbose,
                     flash_attn=flash_attn,
                 )
@@ -130,11 +171,12 @@ def _seed32(seed: int) -> int:
 
 
 class NativeModel:
-    """One loaded llama.cpp model and its context (sequence 0 only), as plain Python calls.
+    """One loaded llama.cpp model and its context of `n_seq` sequences (ids 0..n_seq-1, one KV stream
+    each), as plain Python calls.
 
-    Not thread-safe: the caller serialises every call that decodes, samples or touches the KV cache.
-    Logits are numpy float32 arrays over the vocabulary; a sampler is an opaque handle that must be
-    given back to `free_sampler`.
+    Not thread-safe: the caller serialises every call that decodes, samples or touches the KV cache
+    (`sample_many` spreads its own work over threads). Logits are numpy float32 arrays over the
+    vocabulary; a sampler is an opaque handle that must be given back to `free_sampler`.
 
     >>> model = NativeModel(path, n_ctx=1024, n_threads=2, n_batch=512)           # doctest: +SKIP
     >>> model.decode(model.tokenize("The sky is", add_bos=True), 0, "last")       # doctest: +SKIP
@@ -143,14 +185,24 @@ class NativeModel:
     """
 
     def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int, verbose: bool = False,
-                 extra_buffers: bool = False, flash_attn: bool = False) -> None:
-        self._llm = load_llama(path, n_ctx, n_threads, n_batch, verbose, extra_buffers, flash_attn)
+                 extra_buffers: bool = False, flash_attn: bool = False, n_seq: int = 1) -> None:
+        self._llm = load_llama(path, n_ctx, n_threads, n_batch, verbose, extra_buffers, flash_attn, n_seq)
         self._low = import_llama_cpp().llama_cpp
         self._vocab = self._llm._model.vocab
+        self._memory = self._low.llama_get_memory(self._llm.ctx)
         self.n_vocab = int(self._low.llama_vocab_n_tokens(self._vocab))
         self.add_bos = bool(self._low.llama_vocab_get_add_bos(self._vocab))
+        self.n_seq = n_seq
+        self.n_batch = n_batch
+        # Our own batch with one sequence id per token (Llama's holds n_ctx ids per token).
+        self._batch = self._low.llama_batch_init(n_batch, 0, 1)
+        self._free_batch = weakref.finalize(self, self._low.llama_batch_free, self._batch)  # once, close or GC
         self._pieces: dict[int, bytes] = {}
-        self._candidates: Any = None  # llama_token_data_array over the vocabulary, made on first use
+        self._local = threading.local()  # each sampling thread's candidate array over the vocabulary
+        self._pool: ThreadPoolExecutor | None = None
+        self._n_threads = n_threads
+        self._path = path
+        self._kernels = (bool(extra_buffers), bool(flash_attn))  # they change which kernels run
 
     # -- vocabulary ---------------------------------------------------------------------------------
 
@@ -203,26 +255,100 @@ class NativeModel:
 
     # -- evaluation ---------------------------------------------------------------------------------
 
-    def decode(self, tokens: Sequence[int], start: int, outputs: str) -> None:
-        """Decode `tokens` at positions start.. ; outputs: "none", "last" or "all" rows of logits.
+    def _run(self, n: int, what: str) -> None:
+        batch = self._batch
+        batch.n_tokens = n
+        code = self._low.llama_decode(self._llm.ctx, batch)
+        if code != 0:
+            raise RuntimeError(f"llama_decode failed with code {code} on {what}")
+
+    def decode(self, tokens: Sequence[int], start: int, outputs: str, seq: int = 0) -> None:
+        """Decode `tokens` of sequence `seq` at positions start.. ; outputs: "none", "last" or "all" rows
+        of logits.
 
         >>> model.decode([2, 9259], 0, "last")                         # doctest: +SKIP
         """
-        batch = self._llm._batch.batch
-        n = len(tokens)
+        batch = self._batch
         flag = 1 if outputs == "all" else 0
-        batch.n_tokens = n
         for i, token in enumerate(tokens):
             batch.token[i] = token
             batch.pos[i] = start + i
             batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
+            batch.seq_id[i][0] = seq
             batch.logits[i] = flag
         if outputs == "last":
-            batch.logits[n - 1] = 1
-        code = self._low.llama_decode(self._llm.ctx, batch)
-        if code != 0:
-            raise RuntimeError(f"llama_decode failed with code {code} at positions {start}..{start + n - 1}")
+            batch.logits[len(tokens) - 1] = 1
+        self._run(len(tokens), f"sequence {seq}, positions {start}..{start + len(tokens) - 1}")
+
+    def decode_step(self, tokens: Sequence[int], positions: Sequence[int], seqs: Sequence[int]) -> None:
+        """Decode one token for each of several sequences in one batch; logits row i is entry i's.
+        Each sequence gets bit for bit the logits it would get decoded alone (see the module notes).
+
+        >>> model.decode_step([9259, 1902], [7, 12], [0, 1])           # doctest: +SKIP
+        """
+        batch = self._batch
+        for i, (token, position, seq) in enumerate(zip(tokens, positions, seqs)):
+            batch.token[i] = token
+            batch.pos[i] = position
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq
+            batch.logits[i] = 1
+        self._run(len(tokens), f"a step of sequences {list(seqs)}")
+
+    def exact_width(self, limit: int) -> int:
+        """The most sequences (at most `limit`, one token each) that `decode_step` may take at once with
+        every sequence getting bit for bit the logits it gets decoded alone, for every width up to it.
+        Measured once per process and model setup, leaving the cache empty: sequence i holds a short
+        prompt cut i tokens short (so lengths differ) and decodes two tokens of its own (a word, then an
+        arbitrary id: some kernels' differences show on one kind only), alone and then in batches of 2,
+        3, ... ggml picks kernels by a batch's width, and past some width a sequence's numbers depend on
+        the other sequences' data: both show on this project's machine (7 here).
+
+        >>> model.exact_width(16)                                      # doctest: +SKIP
+        7
+        """
+        import numpy as np
+        limit = max(1, min(limit, self.n_seq, self.n_batch))
+        key = (str(self._path), self._path.stat().st_size, self._n_threads, self._kernels)
+        known = _EXACT_WIDTHS.get(key)
+        if known is not None and (known[0] < known[1] or limit <= known[1]):  # a wider one failed, or wide enough
+            return min(known[0], limit)
+        words = " ".join(f"Item {i} of the list is the number {i * 7 % 100}." for i in range(6))
+        prompt = self.tokenize(words, add_bos=self.add_bos)[:48]
+        pool = self.tokenize(" river castle engine garden harbor violin glacier market lantern orchard")
+        tokens = [(pool[i % len(pool)], (1000 + 37 * i) % self.n_vocab) for i in range(limit)]
+        starts = [max(1, len(prompt) - seq) for seq in range(limit)]
+        alone: list[list[Any]] = []
+
+        def decode_two(seqs: range) -> list[list[Any]]:
+            """Each sequence's logits after its two tokens, decoded one step at a time for all of `seqs`."""
+            found: list[list[Any]] = [[] for _ in seqs]
+            for step in range(2):
+                self.decode_step([tokens[s][step] for s in seqs], [starts[s] + step for s in seqs], seqs)
+                for i in range(len(seqs)):
+                    found[i].append(self.logits(i).view(np.uint32).copy())  # compared bit for bit
+            for seq in seqs:
+                self.kv_remove_from(starts[seq], seq)
+            return found
+
+        try:
+            self.decode(prompt, 0, "last")
+            width = 0
+            while width < limit:
+                seq = width  # sequence `seq` joins: its prompt (a copy, cut short), its tokens decoded alone
+                if seq:
+                    self.kv_copy(0, seq)
+                    self.kv_remove_from(starts[seq], seq)
+                alone.append(decode_two(range(seq, seq + 1))[0])
+                if seq and not all(np.array_equal(a, b) for got, want in zip(decode_two(range(seq + 1)), alone)
+                                   for a, b in zip(got, want)):
+                    break
+                width += 1
+        finally:
+            for seq in range(len(alone)):
+                self.kv_remove_from(0, seq)  # metadata only: faster than clearing a large cache
+        _EXACT_WIDTHS[key] = (width, min(width + 1, limit))
+        return width
 
     def logits(self, index: int = -1) -> Any:
         """The logits row `index` of the last decode (-1: the last row), a view into llama.cpp's buffer:
@@ -235,20 +361,28 @@ class NativeModel:
         pointer = self._low.llama_get_logits_ith(self._llm.ctx, index)
         return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
 
-    def kv_remove_from(self, position: int) -> bool:
-        """Drop the KV cache from `position` on; False when llama.cpp cannot (then clear it instead).
+    def kv_remove_from(self, position: int, seq: int = 0) -> bool:
+        """Drop sequence `seq` from `position` on (0: all of it); False when llama.cpp cannot.
 
         >>> model.kv_remove_from(256)                                  # doctest: +SKIP
         True
         """
-        return bool(self._llm._ctx.kv_cache_seq_rm(0, position, -1))
+        return bool(self._low.llama_memory_seq_rm(self._memory, seq, position, -1))
+
+    def kv_copy(self, source: int, target: int) -> None:
+        """Make sequence `target` a copy of sequence `source` (llama.cpp copies the whole stream, at the
+        next decode; `target`'s own cells are dropped first).
+
+        >>> model.kv_copy(0, 3)                                        # doctest: +SKIP
+        """
+        self._low.llama_memory_seq_cp(self._memory, source, target, -1, -1)
 
     def kv_clear(self) -> None:
-        """Empty the KV cache.
+        """Empty the KV cache (every sequence).
 
         >>> model.kv_clear()                                           # doctest: +SKIP
         """
-        self._llm._ctx.kv_cache_clear()
+        self._low.llama_memory_clear(self._memory, True)
 
     # -- sampling -----------------------------------------------------------------------------------
 
@@ -276,20 +410,22 @@ class NativeModel:
         return chain
 
     def sample_from(self, chain: Any, logits: Any) -> int:
-        """Sample with `chain` from a logits array (e.g. kept prompt logits), as `sample` would.
+        """Sample with `chain` from a logits array (kept prompt logits, or a `logits()` row): what
+        llama_sampler_sample does, on a candidate array of this thread's own.
 
         >>> token = model.sample_from(chain, kept_logits)              # doctest: +SKIP
         """
         import numpy as np
         low = self._low
-        if self._candidates is None:
+        candidates = getattr(self._local, "candidates", None)
+        if candidates is None:
             data = np.zeros(self.n_vocab, dtype=np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)],
                                                          align=True))
             array = low.llama_token_data_array(data=data.ctypes.data_as(low.llama_token_data_p), size=self.n_vocab,
                                                selected=-1, sorted=False)
-            self._candidates = (data, array)
-        data, array = self._candidates
-        data["id"] = np.arange(self.n_vocab, dtype=np.intc)
+            candidates = self._local.candidates = (data, array, np.arange(self.n_vocab, dtype=np.intc))
+        data, array, ids = candidates
+        data["id"] = ids  # the filters reorder candidates: start from the vocabulary's order every time
         data["logit"] = logits
         data["p"] = 0.0
         array.size, array.selected, array.sorted = self.n_vocab, -1, False
@@ -300,12 +436,27 @@ class NativeModel:
         low.llama_sampler_accept(chain, token)
         return token
 
-    def sample(self, chain: Any) -> int:
-        """Sample with `chain` from the last logits row of the last decode.
+    def sample_many(self, chains: Sequence[Any], sources: Sequence[Any]) -> list[int]:
+        """One token per chain, each from its source: a logits row index of the last decode, or a logits
+        array. Several chains are sampled on `n_threads` threads at once: a draw over a 262k-token
+        vocabulary costs ~2.7 ms of one core, as much as a decode step shared by 10 sequences.
 
-        >>> token = model.sample(chain)                                # doctest: +SKIP
+        >>> model.sample_many([chain_a, chain_b], [0, kept_logits])    # doctest: +SKIP
+        [1902, 651]
         """
-        return int(self._low.llama_sampler_sample(chain, self._llm.ctx, -1))
+        if len(chains) < 2 or self._n_threads < 2:  # in this thread; rows as llama_sampler_sample reads them
+            return [int(self._low.llama_sampler_sample(chain, self._llm.ctx, source)) if isinstance(source, int)
+                    else self.sample_from(chain, source) for chain, source in zip(chains, sources)]
+        # Rows are looked up here, in the caller's thread: the first lookup after a decode may reorder
+        # llama.cpp's output buffer, which must not race with the sampling threads.
+        arrays = [self.logits(source) if isinstance(source, int) else source for source in sources]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._n_threads, thread_name_prefix="dsp-llamacpp-sample")
+        futures = [self._pool.submit(self.sample_from, chain, array) for chain, array in zip(chains, arrays)]
+        try:
+            return [future.result() for future in futures]
+        finally:
+            wait(futures)  # interrupted or failed: no thread may still use a chain the caller will free
 
     def free_sampler(self, chain: Any) -> None:
         """Free a chain made by `new_sampler` (and its parts).
@@ -317,10 +468,14 @@ class NativeModel:
     # -- lifetime -----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Free the model and its context now; the object is unusable afterwards.
+        """Free the model, its context and the sampling threads now; the object is unusable afterwards.
 
         >>> model.close()                                              # doctest: +SKIP
         """
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         llm, self._llm = self._llm, None
         if llm is not None:
+            self._free_batch()
             llm.close()

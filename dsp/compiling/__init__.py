@@ -1,0 +1,19 @@
+"""`dsp.compile`: programs tuned by search on their training data (DSP's parts put together).
+
+- space.py: the candidates (demonstrations: raw, bootstrapped, how many, random or knn; program options;
+  retrievers), plain data;
+- bootstrap.py: augmented demonstrations from the program's own traces that pass (`annotate`, generalised);
+- search.py: the split into pool and validation, the candidates scored by `dsp.evaluate` with successive
+  halving, the best chosen;
+- compiled.py: the compiled program, saved and loaded as plain JSON.
+"""
+
+from .bootstrap import bootstrap, demo_from_row
+from .compiled import Compiled, import_program, load_compiled, program_name
+from .search import compile, fixed_demos, report, split_train
+from .space import Candidate, DemoSpace, Space
+
+__all__ = [
+    "compile", "load_compiled", "Compiled", "Space", "DemoSpace", "Candidate", "bootstrap", "demo_from_row",
+    "split_train", "fixed_demos", "report", "import_program", "program_name",
+]

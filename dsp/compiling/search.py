@@ -1,0 +1,245 @@
+"""`dsp.compile`: tune a program by search on its training data, not by hand.
+
+The training set is split (seeded) into a *pool* and a *validation* part. DEMONSTRATE candidates come
+from the pool: raw examples, or augmented traces bootstrapped by running the program itself on pool
+examples (`bootstrap`); each candidate also sets the program's own options (k, n, temperature, chain of
+thought, passage order, ...) and may name a retriever. Every candidate is scored on the validation part
+only, by `dsp.evaluate` (parallel, every call cached, each candidate's rows in a resumable file of its
+own), with successive halving: all candidates on the first quarter, the best third on half, the best
+on all of it. The best becomes a `Compiled` program; the table of candidates, with their scores and
+intervals, goes with it. Nothing outside the training set reaches the LM.
+
+>>> compiled = dsp.compile(partial(open_qa.dsp_program), pool, dsp.EM,                    # doctest: +SKIP
+...                        space=Space(options={"k": [1, 3]}), candidates=8, out="runs/compile/nq-dsp")
+>>> print(compiled.report())                                                               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ..clients.lm import LM, Usage
+from ..clients.rm import RM
+from ..evaluation import QA_FIELDS, EvaluationResult, Fields, Runner, describe, evaluate
+from ..example import Example
+from ..metrics import EM
+from ..primitives.demonstrate import sample
+from ..settings import settings
+from .bootstrap import bootstrap
+from .compiled import Compiled, program_name
+from .space import Candidate, Space
+
+__all__ = ["compile", "split_train", "fixed_demos", "report"]
+
+Wrap = Callable[[Callable[..., Any], list[Example]], Callable[..., Any]]
+
+
+def split_train(trainset: Sequence[Example], val: int | None = None, seed: int = 0) -> tuple[list[Example], list[Example]]:
+    """(pool, validation): `val` examples (default a third, 10 to 100) held out by a seeded draw, the rest
+    the pool demonstrations come from; both keep the training set's order.
+
+    >>> pool, val = split_train([Example(question=str(i), answer=str(i)) for i in range(30)], val=10)
+    >>> len(pool), len(val), {e.question for e in pool} & {e.question for e in val}
+    (20, 10, set())
+    """
+    examples = [e if isinstance(e, Example) else Example(e) for e in trainset]
+    size = max(10, min(100, len(examples) // 3)) if val is None else val
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"val must be a positive integer, got {val!r}")
+    if size >= len(examples):
+        raise ValueError(f"a validation part of {size} leaves no pool: the training set has {len(examples)} examples")
+    held = set(random.Random(f"compile-val-{seed}").sample(range(len(examples)), size))
+    return ([e for i, e in enumerate(examples) if i not in held], [e for i, e in enumerate(examples) if i in held])
+
+
+def fixed_demos(kind: str, k: int, seed: int, augmented: list[Example], pool: list[Example]) -> list[Example]:
+    """k demonstrations: raw ones drawn with `seed`, or the augmented ones first, then raw ones up to k.
+
+    >>> pool = [Example(question=str(i)) for i in range(9)]
+    >>> [d.question for d in fixed_demos("augmented", 3, 0, [Example(question="7", augmented=True)], pool)]
+    ['7', '5', '1']
+    """
+    if kind == "raw":
+        return sample(pool, k, seed=seed)
+    chosen = sample(augmented, min(k, len(augmented)), seed=seed)
+    taken = {d.get("question") for d in chosen}
+    rest = [d for d in sample(pool, len(pool), seed=seed) if d.get("question") not in taken]
+    return chosen + rest[:k - len(chosen)]
+
+
+def _rungs(size: int, halving: bool) -> list[int]:
+    if not halving or size < 12:
+        return [size]
+    return sorted({math.ceil(size / 4), math.ceil(size / 2), size})
+
+
+def _client_spec(client: Any) -> str | None:
+    return client.spec if isinstance(client, (LM, RM)) else None
+
+
+def report(table: Sequence[Mapping[str, Any]]) -> str:
+    """The search table as text, best first: candidate, examples scored, score and its 95% interval.
+
+    >>> print(report([{"key": "baseline", "n": 10, "score": 30.0, "low": 10.8, "high": 60.3, "rung": 1}]))
+    candidate                                            n   score          95% CI  rung
+    baseline                                            10    30.0    [10.8, 60.3]     1
+    """
+    lines = [f"{'candidate':<48}{'n':>6}{'score':>8}{'95% CI':>16}{'rung':>6}"]
+    for row in sorted(table, key=lambda r: (-r["rung"], -r["score"])):
+        interval = f"[{row['low']:.1f}, {row['high']:.1f}]"
+        lines.append(f"{row['key'][:47]:<48}{row['n']:>6}{row['score']:>8.1f}{interval:>16}{row['rung']:>6}")
+    return "\n".join(lines)
+
+
+def compile(
+    program: Callable[..., Any],
+    trainset: Sequence[Mapping[str, Any]],
+    metric: Callable[..., Any] = EM,
+    *,
+    space: Space | None = None,
+    candidates: int = 8,
+    fields: Fields = QA_FIELDS,
+    val: int | None = None,
+    bootstrap_limit: int | None = 40,
+    require_context: bool = False,
+    options: Mapping[str, Any] | None = None,
+    rms: Mapping[str, Any] | None = None,
+    runner: Runner | int = 1,
+    out: str | os.PathLike | None = None,
+    seed: int = 0,
+    wrap: Wrap | None = None,
+    vectorizer: str = "hashing",
+    halving: bool = True,
+    progress: bool = True,
+) -> Compiled:
+    """Search `space` for the best `candidates` of `program` on `trainset` and return the compiled program.
+
+    `program(input, train=..., demos=..., **options)` is a DSP program that takes chosen demonstrations
+    (the bundled programs do); `options` are fixed options every candidate starts from (e.g. a preset).
+    `rms` names the retrievers a candidate may choose (`space.rms`). `out` is a directory: the bootstrap
+    and each candidate's rows go there, so a killed compile resumes without repeating what finished.
+    `wrap(program, examples)` adapts a candidate to what `dsp.evaluate` calls (conversations turn by turn).
+    """
+    if not callable(program):
+        raise TypeError(f"compile needs a callable program, got {type(program).__name__}")
+    space = space or Space()
+    unknown = [name for name in space.rms if name not in (rms or {})]
+    if unknown:
+        raise ValueError(f"the search space names retrievers {unknown} that were not given in rms=")
+    base_options = dict(options or {})
+    started = time.perf_counter()
+    pool, heldout = split_train(trainset, val, seed)
+    for i, example in enumerate(heldout):
+        fields.check(example, i)
+    folder = Path(out) if out is not None else None
+    chosen = space.candidates(candidates, seed)
+    usage_before = _usage()
+
+    augmented: list[Example] = []
+    if any(c.demos.get("kind") == "augmented" for c in chosen):
+        augmented = bootstrap(_with_train(program, pool), pool, metric, fields=fields, options=base_options,
+                              limit=bootstrap_limit, require_context=require_context, runner=runner, seed=seed,
+                              out=folder / "bootstrap.jsonl" if folder else None, wrap=wrap)
+
+    def candidate_program(candidate: Candidate) -> Compiled:
+        demos, knn_pool = _demos_of(candidate, augmented, pool)
+        return Compiled(program, {**base_options, **candidate.options}, pool, demos, knn_pool,
+                        int(candidate.demos.get("k") or 0) if knn_pool else 0, vectorizer, candidate.as_dict())
+
+    def run(candidate: Candidate, size: int) -> EvaluationResult:
+        runnable: Callable[..., Any] = candidate_program(candidate)
+        examples = heldout[:size]
+        if wrap is not None:
+            runnable = wrap(runnable, examples)
+        context = {"rm": _rm(rms, candidate.rm)} if candidate.rm else {}
+        with settings.context(**context):
+            return evaluate(runnable, examples, metric, fields=fields, runner=runner,
+                            out=folder / "candidates" / f"{candidate.key}.jsonl" if folder else None,
+                            run={"compile": {"program": program_name(program), "candidate": candidate.as_dict(),
+                                             "options": describe(base_options), "seed": seed,
+                                             "pool": describe(pool), "augmented": describe(augmented)}},
+                            seed=seed, progress=False, display=False)
+
+    table: dict[str, dict[str, Any]] = {}
+    alive = list(chosen)
+    bar = None
+    rungs = _rungs(len(heldout), halving)
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=_rung_runs(len(chosen), rungs), desc="compile", unit="candidate")
+    try:
+        for rung, size in enumerate(rungs, start=1):
+            scored = []
+            for order, candidate in enumerate(alive):
+                t0 = time.perf_counter()
+                result = run(candidate, size)
+                low, high = result.confidence_interval()
+                table[candidate.key] = {**candidate.as_dict(), "n": len(result.rows), "score": result.score,
+                                        "low": low, "high": high, "rung": rung, "errors": len(result.errors),
+                                        "seconds": round(time.perf_counter() - t0, 1)}
+                scored.append((-result.score, order, candidate))
+                if bar is not None:
+                    bar.set_postfix_str(f"{candidate.key[:30]}={result.score:.1f}")
+                    bar.update(1)
+            scored.sort(key=lambda item: (item[0], item[1]))
+            keep = 1 if rung == len(rungs) else max(2, math.ceil(len(scored) / 3))
+            alive = [candidate for _, _, candidate in scored[:keep]]
+    finally:
+        if bar is not None:
+            bar.close()
+    best = alive[0]
+    final = candidate_program(best)
+    after = _usage()
+    usage = {key: after[key] - usage_before.get(key, 0) for key in after}
+    meta = {"lm": _client_spec(settings.lm), "lm_name": settings.lm.name if isinstance(settings.lm, LM) else None,
+            "rm": _client_spec(_rm(rms, best.rm)) if best.rm else _client_spec(settings.rm), "seed": seed,
+            "pool": len(pool), "val": len(heldout), "augmented": len(augmented), "candidates": len(chosen),
+            "rungs": rungs, "trainset": describe(list(trainset)), "seconds": round(time.perf_counter() - started, 1),
+            "lm_usage": usage}
+    return Compiled.from_candidate(program, best, pool, final.demos, final.knn_pool, vectorizer,
+                                   sorted(table.values(), key=lambda r: (-r["rung"], -r["score"])), meta)
+
+
+def _rung_runs(n: int, rungs: list[int]) -> int:
+    total, alive = 0, n
+    for rung in range(len(rungs)):
+        total += alive
+        alive = 1 if rung == len(rungs) - 1 else max(2, math.ceil(alive / 3))
+        alive = min(alive, n)
+    return total
+
+
+def _usage() -> dict[str, float]:
+    lm = settings.lm
+    usage = lm.usage if isinstance(lm, LM) else Usage()
+    return usage.as_dict()
+
+
+def _with_train(program: Callable[..., Any], train: list[Example]) -> Callable[..., Any]:
+    from functools import partial
+
+    return partial(program, train=train)
+
+
+def _rm(rms: Mapping[str, Any] | None, name: str | None) -> Any:
+    if name is None:
+        return settings.rm
+    return (rms or {})[name]
+
+
+def _demos_of(candidate: Candidate, augmented: list[Example], pool: list[Example]
+              ) -> tuple[list[Example] | None, list[Example] | None]:
+    """(fixed demos, knn pool) of a candidate; an augmented candidate with nothing bootstrapped uses raw ones."""
+    spec = candidate.demos
+    if spec.get("kind") == "none":
+        return None, None
+    kind = spec["kind"] if augmented else "raw"
+    if spec["select"] == "knn":
+        return None, augmented if kind == "augmented" else pool
+    return fixed_demos(kind, int(spec["k"]), int(spec.get("seed") or 0), augmented, pool), None

@@ -1,0 +1,120 @@
+"""What `dsp.compile` searches: candidates that differ in their demonstrations and in the program's options.
+
+A candidate is plain data: its demonstrations (`kind` "none": the program draws its own from the
+training set, as written by hand; "raw": k training examples as they are; "augmented": k bootstrapped
+traces that passed, then raw ones up to k; `select` "random" with a seed, or "knn": the k nearest to
+each question), the program's option values, and the name of the retriever.
+
+>>> space = Space(options={"k": [1, 3]}, demos=DemoSpace(kinds=("raw",), ks=(3,), selects=("random",)))
+>>> [c.key for c in space.candidates(4, seed=0)]
+['baseline', 'raw3-random0-k1', 'raw3-random1-k1', 'raw3-random1-k3']
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+__all__ = ["DemoSpace", "Space", "Candidate", "DEMO_KINDS", "SELECTIONS"]
+
+DEMO_KINDS = ("raw", "augmented")
+SELECTIONS = ("random", "knn")
+
+
+@dataclass(frozen=True)
+class DemoSpace:
+    """The demonstrations to try: which kinds, how many (`ks`), chosen how (`selects`), and how many
+    random draws (`seeds`) of each."""
+
+    kinds: tuple[str, ...] = DEMO_KINDS
+    ks: tuple[int, ...] = (3, 5, 8)
+    selects: tuple[str, ...] = ("random", "knn")
+    seeds: int = 2
+
+    def __post_init__(self) -> None:
+        for value, valid, name in ((self.kinds, DEMO_KINDS, "kinds"), (self.selects, SELECTIONS, "selects")):
+            unknown = [v for v in value if v not in valid]
+            if unknown or not value:
+                raise ValueError(f"DemoSpace.{name}: choose from {', '.join(valid)}, got {value!r}")
+        if not self.ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.ks):
+            raise ValueError(f"DemoSpace.ks must be positive integers, got {self.ks!r}")
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
+            raise ValueError(f"DemoSpace.seeds must be a positive integer, got {self.seeds!r}")
+
+    def choices(self) -> list[dict[str, Any]]:
+        out = []
+        for kind, k, select in itertools.product(self.kinds, self.ks, self.selects):
+            for seed in range(self.seeds if select == "random" else 1):
+                out.append({"kind": kind, "k": k, "select": select, "seed": seed})
+        return out
+
+
+def _slug(value: Any) -> str:
+    return re.sub(r"[^A-Za-z0-9._]+", "_", str(value)).strip("_") or "_"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point of the search: demonstrations, option values, retriever name (None: the current RM)."""
+
+    demos: Mapping[str, Any]
+    options: Mapping[str, Any] = field(default_factory=dict)
+    rm: str | None = None
+
+    @property
+    def key(self) -> str:
+        """A short stable name, also the file name of its results."""
+        if self.demos.get("kind") == "none":
+            head = "baseline"
+        else:
+            head = f"{self.demos['kind']}{self.demos['k']}-{self.demos['select']}"
+            head += str(self.demos["seed"]) if self.demos["select"] == "random" else ""
+        parts = [head] + [f"{_slug(k)}{_slug(v)}" for k, v in sorted(self.options.items())]
+        parts += [f"rm_{_slug(self.rm)}"] if self.rm else []
+        return "-".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "demos": dict(self.demos), "options": dict(self.options), "rm": self.rm}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Candidate":
+        return cls(dict(data["demos"]), dict(data.get("options") or {}), data.get("rm"))
+
+
+@dataclass(frozen=True)
+class Space:
+    """The whole search space: option values (`options`: name -> values to try), demonstrations, and
+    retrievers (`rms`: names of the RMs given to `dsp.compile`)."""
+
+    options: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    demos: DemoSpace = field(default_factory=DemoSpace)
+    rms: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        for name, values in self.options.items():
+            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+                raise ValueError(f"search space option {name!r}: give a non-empty list of values, got {values!r}")
+
+    def grid(self) -> list[Candidate]:
+        """Every combination (the baseline first)."""
+        names = sorted(self.options)
+        option_sets = [dict(zip(names, values)) for values in itertools.product(*(self.options[n] for n in names))]
+        rms: Sequence[str | None] = list(self.rms) or [None]
+        out = [Candidate({"kind": "none"}, {}, rms[0])]
+        for demos, options, rm in itertools.product(self.demos.choices(), option_sets, rms):
+            out.append(Candidate(demos, options, rm))
+        return out
+
+    def candidates(self, n: int, seed: int = 0) -> list[Candidate]:
+        """The baseline (the program as written) and n-1 others: all of them when the grid is that
+        small, else a seeded sample that keeps the grid's order."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"the number of candidates must be a positive integer, got {n!r}")
+        grid = self.grid()
+        if n >= len(grid):
+            return grid
+        chosen = sorted(random.Random(f"compile-{seed}").sample(range(1, len(grid)), n - 1))
+        return [grid[0]] + [grid[i] for i in chosen]

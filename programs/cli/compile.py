@@ -1,0 +1,95 @@
+"""`dsp compile`: tune a bundled program by search on its task's training pool (see `dsp.compile`).
+
+    dsp compile dsp --dataset nq --candidates 8 --out runs/compiled/nq-dsp.json [--preset small]
+    dsp run dsp --dataset nq --n 1000 --compiled runs/compiled/nq-dsp.json
+
+The compile sees only the task's training pool (a validation part is held out of it); the dev set never
+reaches the LM. Each candidate's rows go to ``<out without .json>.runs/``, so a killed compile resumes.
+The JSON holds the chosen demonstrations and options, the table of every candidate with its score and
+interval, the program's name, the LM/RM specs and the seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import dsp
+from dsp.compiling import DemoSpace, Space, report
+from programs.tasks import TASKS, Task
+
+from .options import (
+    UsageError, add_lm, add_out, add_rm, add_seed, add_threads, lm_spec, nonnegative_int, parse_set, positive_int,
+)
+from .run import _family, _rm_choice, build_rm, resolve_program
+
+__all__ = ["add_parser", "cmd_compile", "wrap_for"]
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("compile", help="tune a program by search on the training data (dsp.compile)",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("program", help="vanilla | retrieve_then_read | self_ask | dsp")
+    p.add_argument("--dataset", default="nq", choices=list(TASKS), help="the task whose training pool is searched")
+    add_lm(p)
+    add_rm(p)
+    add_threads(p)
+    add_out(p, "", "the compiled program's JSON file (required)")
+    add_seed(p, help="seed of the validation split, the demo draws and the candidate sample")
+    p.add_argument("--candidates", type=positive_int, default=8, help="candidates to try (the program as written first)")
+    p.add_argument("--val", type=positive_int, default=None,
+                   help="validation examples held out of the pool (default: a third of it, 10 to 100)")
+    p.add_argument("--bootstrap", type=nonnegative_int, default=40,
+                   help="pool examples the program is run on to bootstrap augmented demos (0: raw demos only)")
+    p.add_argument("--preset", help="options every candidate starts from, e.g. small")
+    p.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="options every candidate starts from")
+    p.add_argument("--no-halving", action="store_true", help="score every candidate on the whole validation part")
+    p.set_defaults(handler=cmd_compile)
+
+
+def wrap_for(task: Task) -> Callable[[Callable[..., Any], list], Callable[..., Any]] | None:
+    """How a candidate is evaluated: conversations turn by turn, with the program's own earlier answers."""
+    if not task.conversational:
+        return None
+    from programs.conversational import Conversations
+
+    return lambda program, turns: Conversations(turns, program)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    if not args.out:
+        raise UsageError("--out FILE.json is required: where the compiled program goes")
+    out = Path(args.out)
+    if out.suffix != ".json":
+        raise UsageError(f"--out {args.out}: give a .json file")
+    task = TASKS[args.dataset]
+    program, options = resolve_program(task, args.program, args.preset, parse_set(args.set))
+    search = _family(task).SEARCH.get(args.program, {})
+    kinds = ("raw", "augmented") if args.bootstrap else ("raw",)
+    space = Space(options={k: v for k, v in search.items() if k not in options},
+                  demos=DemoSpace(kinds=kinds, ks=(1, 3, 5) if task.family == "open_qa" else (2, 4)))
+    lm_text = lm_spec(args)
+    rm_text = _rm_choice(args)
+    pool, _ = task.load(1, 0)  # the training pool only: the dev set is not even kept
+    if len(pool) < 20:
+        raise UsageError(f"dataset {task.name}: its training pool has {len(pool)} examples; compile needs at least 20")
+    lm = dsp.lm_from_spec(lm_text)
+    rm = build_rm(task, rm_text)
+    started = time.perf_counter()
+    with dsp.settings.context(lm=lm, rm=rm):
+        compiled = dsp.compile(program, pool, task.metric, space=space, candidates=args.candidates,
+                               fields=task.fields, val=args.val, bootstrap_limit=args.bootstrap or None,
+                               options=options, runner=args.threads, out=out.with_suffix(".runs"), seed=args.seed,
+                               wrap=wrap_for(task), halving=not args.no_halving)
+    compiled.meta.update(task=task.name, program_name=args.program, preset=args.preset, lm_spec=lm_text,
+                         rm_spec=rm_text or (rm.spec if isinstance(rm, dsp.RM) else None), rm_name=repr(rm))
+    compiled.save(out)
+    print(report(compiled.table))
+    usage = compiled.meta.get("lm_usage") or {}
+    print(f"chose {compiled.candidate['key']} (options {compiled.options}); {len(compiled.table)} candidates, "
+          f"{time.perf_counter() - started:.0f} s, {int(usage.get('requests', 0))} LM requests, "
+          f"{int(usage.get('prompt_tokens', 0))} prompt and {int(usage.get('completion_tokens', 0))} completion tokens")
+    print(f"compiled program: {out}  (dsp run {args.program} --dataset {task.name} --compiled {out})")
+    return 0

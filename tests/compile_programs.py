@@ -1,0 +1,29 @@
+"""Importable programs and a scripted LM for the dsp.compile tests (a compiled program is saved by name)."""
+
+from __future__ import annotations
+
+import re
+
+import dsp
+from templates.qa import qa
+
+__all__ = ["reader", "magic_respond", "MAGIC"]
+
+MAGIC = "which demo unlocks the answers?"
+
+
+def reader(question: str, train: list, demos: list | None = None, n_demos: int = 2, shout: bool = False) -> dsp.Example:
+    """A one-stage program: demos (given, or drawn from train), then the answer."""
+    x = dsp.Example(question=question, demos=dsp.sample(train, k=n_demos) if demos is None else demos)
+    _, completions = dsp.generate(qa, stop="auto")(x, stage="qa")
+    answer = completions.answer.upper() if shout else completions.answer
+    return dsp.Example(question=question, answer=answer)
+
+
+def magic_respond(prompt: str, request: dict) -> list[str]:
+    """Right ("a<N>" for "q<N>?") only when the MAGIC training example is among the prompt's demos."""
+    asked = re.findall(r"Question: (.*)\n", prompt)[-1]
+    number = re.findall(r"\d+", asked)
+    if f"Question: {MAGIC}" in prompt and number:
+        return [f" a{number[0]}"]
+    return [" no idea"]

@@ -1,0 +1,197 @@
+"""dsp.compile: finds the demonstration that matters, never shows the dev set to the LM, round-trips as
+JSON, resumes a killed search without repeating finished candidates, and works from the command line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from compile_programs import MAGIC, magic_respond, reader
+from helpers import ScriptedLM
+
+import dsp
+from dsp.compiling import DemoSpace, Space, split_train
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _trainset(n: int = 40) -> list[dsp.Example]:
+    examples = [dsp.Example(question=f"what is q{i}?", answer=[f"a{i}"]) for i in range(n)]
+    examples[5] = dsp.Example(question=MAGIC, answer=["a5"])
+    return examples
+
+
+def test_compile_finds_the_demonstration_that_makes_the_answers_right(tmp_path):
+    train = _trainset()
+    pool, val = split_train(train, val=10, seed=0)
+    assert any(d.question == MAGIC for d in pool)  # the demonstration that matters can be found
+    lm = ScriptedLM(magic_respond)
+    space = Space(demos=DemoSpace(kinds=("raw",), ks=(1,), selects=("random",), seeds=30))
+    with dsp.settings.context(lm=lm):
+        compiled = dsp.compile(reader, train, dsp.EM, space=space, candidates=31, val=10, out=tmp_path / "c",
+                               progress=False)
+    assert [d.question for d in compiled.demos] == [MAGIC]
+    best = compiled.table[0]
+    assert best["score"] == 100.0 and best["key"] == compiled.candidate["key"]
+    assert min(row["score"] for row in compiled.table) == 0.0  # the others never unlock it
+    with dsp.settings.context(lm=lm):
+        assert compiled("what is q77?").answer == "a77"  # a question it never saw
+
+
+def test_augmented_demonstrations_carry_the_trace_that_passed(tmp_path):
+    from functools import partial
+
+    from dsp.compiling import bootstrap
+
+    train = _trainset()
+    lm = ScriptedLM(magic_respond)
+    with dsp.settings.context(lm=lm):
+        demos = bootstrap(partial(reader, train=train), train, dsp.EM, n_raw=5, out=tmp_path / "b.jsonl")
+    rows = dsp.evaluation.read_run(tmp_path / "b.jsonl")[1]
+    passed = {r["question"] for r in rows if r["score"] == 1.0}
+    # Only traces that passed become demonstrations (those whose raw demos held MAGIC), in pool order.
+    assert [d.question for d in demos] == [e.question for e in train if e.question in passed] and demos
+    assert 0 < len(demos) < len(train)
+    assert all(d.augmented and d.qa.answer == d.answer[0] and d.qa.question == d.question for d in demos)
+    # The example being answered is never among its own demonstrations.
+    assert all(f"Question: {r['question']}\nAnswer:" not in r["trace"][0]["prompt"].rsplit("---", 1)[0] for r in rows)
+
+
+def test_the_compiled_program_round_trips_as_json(tmp_path):
+    train = _trainset()
+    lm = ScriptedLM(magic_respond)
+    space = Space(options={"shout": [False, True]},
+                  demos=DemoSpace(kinds=("raw",), ks=(3,), selects=("random", "knn"), seeds=2))
+    with dsp.settings.context(lm=lm):
+        compiled = dsp.compile(reader, train, dsp.EM, space=space, candidates=7, val=10, progress=False)
+        path = compiled.save(tmp_path / "compiled.json")
+        loaded = dsp.load_compiled(path)
+        questions = [f"what is q{i}?" for i in (50, 51, 52)]
+        assert [loaded(q).answer for q in questions] == [compiled(q).answer for q in questions]
+    assert loaded.options == compiled.options and loaded.candidate == compiled.candidate
+    assert loaded.table == compiled.table and "pickle" not in path.read_text()
+    # a knn candidate keeps its pool, not a fixed list, and picks demos per question
+    from dsp.compiling import Compiled
+
+    knn = Compiled(reader, {}, train, None, train[:10], 2, "hashing")
+    again = Compiled.from_dict(knn.to_dict())
+    assert [d.question for d in again.demos_for("what is q3?")] == [d.question for d in knn.demos_for("what is q3?")]
+    with pytest.raises(FileNotFoundError, match="no compiled program there"):
+        dsp.load_compiled(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text('{"format": 99}')
+    with pytest.raises(ValueError, match="not a compiled program of format 1"):
+        dsp.load_compiled(tmp_path / "bad.json")
+
+
+KILLED_COMPILE = textwrap.dedent("""
+    import sys, time
+    sys.path[:0] = [{tests!r}, {root!r}]
+    import dsp
+    from compile_programs import reader, magic_respond
+    from helpers import ScriptedLM
+    from dsp.compiling import DemoSpace, Space
+
+    calls = open({calls!r}, "a")
+    def respond(prompt, request):
+        calls.write("x\\n"); calls.flush()
+        time.sleep(0.01)
+        return magic_respond(prompt, request)
+
+    train = [dsp.Example(question=f"what is q{{i}}?", answer=[f"a{{i}}"]) for i in range(40)]
+    space = Space(demos=DemoSpace(kinds=("raw",), ks=(1,), selects=("random",), seeds=12))
+    with dsp.settings.context(lm=ScriptedLM(respond), cache=False):
+        compiled = dsp.compile(reader, train, dsp.EM, space=space, candidates=13, val=10, out={out!r},
+                               halving=False, progress=False)
+    print("done", compiled.candidate["key"])
+""")
+
+
+def test_a_killed_compile_resumes_without_repeating_finished_candidates(tmp_path):
+    out, calls = tmp_path / "compile", tmp_path / "calls.txt"
+    script = tmp_path / "compile.py"
+    script.write_text(KILLED_COMPILE.format(tests=str(TESTS), root=str(TESTS.parent), calls=str(calls), out=str(out)))
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+
+    def finished() -> int:
+        files = list((out / "candidates").glob("*.jsonl")) if (out / "candidates").exists() else []
+        return sum(len(dsp.evaluation.read_run(f)[1]) == 10 for f in files)
+
+    deadline = time.monotonic() + 120
+    while finished() < 4:
+        assert process.poll() is None and time.monotonic() < deadline, "the compile ended before it was killed"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    done_before = finished()
+    assert 4 <= done_before < 13
+    calls.write_text("")
+    rerun = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert rerun.stdout.startswith("done")
+    # With the cache off, every call the rerun made was for a candidate the killed run had not finished.
+    assert len(calls.read_text().splitlines()) <= 10 * (13 - done_before)
+
+
+def test_dsp_compile_and_run_compiled_never_show_the_dev_set_to_the_lm(data_dir, tmp_path, monkeypatch, capsys):
+    from programs.cli import main
+    from programs.tasks import TASKS
+
+    prompts: list[str] = []
+
+    def respond(prompt, request):
+        prompts.append(prompt)
+        return [" Paris"]
+
+    def scripted(spec=None):
+        lm = ScriptedLM(respond, model="scripted-compile")
+        lm.spec = "scripted"
+        return lm
+
+    monkeypatch.setattr(dsp, "lm_from_spec", scripted)
+    out = tmp_path / "nq-rtr.json"
+    code = main(["compile", "retrieve_then_read", "--dataset", "nq", "--candidates", "4", "--val", "12",
+                 "--bootstrap", "4", "--out", str(out)])
+    assert code == 0
+    shown = capsys.readouterr().out
+    assert "chose " in shown and "candidate" in shown
+    compile_prompts = list(prompts)
+    assert compile_prompts
+    _, dev = TASKS["nq"].load()
+    asked = {p.rsplit("Question: ", 1)[-1].split("\n")[0] for p in compile_prompts}
+    assert not asked & {d.question for d in dev}  # no dev question was ever asked...
+    joined = "\n".join(compile_prompts)
+    assert not any(f"Question: {d.question}\n" in joined for d in dev[:300])  # ...or shown as a demo
+    compiled = dsp.load_compiled(out)
+    assert compiled.meta["task"] == "nq" and compiled.meta["val"] == 12 and len(compiled.table) == 4
+    # dsp run --compiled: the compiled program on the dev set
+    assert main(["run", "retrieve_then_read", "--dataset", "nq", "--n", "3", "--compiled", str(out),
+                 "--out", str(tmp_path / "runs")]) == 0
+    identity, rows = dsp.evaluation.read_run(tmp_path / "runs" / "nq-retrieve_then_read-compiled_nq-rtr-seed0.jsonl")
+    assert len(rows) == 3 and identity["compiled"] and identity["options"] == compiled.options
+    assert main(["run", "dsp", "--dataset", "nq", "--n", "3", "--compiled", str(out)]) == 2
+    assert "holds programs.open_qa.retrieve_then_read, not programs.open_qa.dsp_program" in capsys.readouterr().err
+
+
+def test_compile_arguments_are_checked_before_any_model_loads(data_dir, tmp_path, monkeypatch, capsys):
+    from programs.cli import main
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(dsp, "lm_from_spec", refuse)
+    for argv, message in [
+        (["compile", "dsp"], "--out FILE.json is required"),
+        (["compile", "dsp", "--out", "x.txt"], "give a .json file"),
+        (["compile", "dsp", "--out", "x.json", "--candidates", "0"], "--candidates: must be a positive integer"),
+        (["compile", "nosuch", "--out", "x.json"], "has no program 'nosuch'"),
+        (["run", "dsp", "--compiled", str(tmp_path / "none.json")], "none.json: no such file"),
+    ]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (argv, err)
