@@ -39,7 +39,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if ("default" in text or action.default is None or action.default is False
+        if ("default" in text or action.default is None or action.default is False or action.default == ""
                 or action.default == argparse.SUPPRESS or not action.option_strings):
             return text
         shown = ",".join(map(str, action.default)) if isinstance(action.default, list) else action.default
@@ -134,7 +134,7 @@ def add_lm(parser: argparse.ArgumentParser, n_ctx_help: str = "the model's own (
 
 def add_rm(parser: argparse.ArgumentParser, default: str = "the task's own corpus") -> None:
     parser.add_argument("--rm", metavar="SPEC", default=None,
-                        help=f"the RM: bm25:FILE|DIR, dense:FILE|DIR, colbertv2:URL, replay:FILE "
+                        help=f"the RM: bm25:FILE|DIR, dense:FILE|DIR, hybrid:FILE, colbertv2:URL, replay:FILE "
                              f"(default: $DSP_RM, else {default})")
 
 
