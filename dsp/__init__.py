@@ -15,7 +15,7 @@ from typing import Any
 from . import cache, datasets, stats, utils
 from .clients import (
     LM, RM, ContextLengthExceeded, CountsTokens, E5Vectorizer, HashingVectorizer, OpenAIVectorizer, Passage, ReplayLM, ReplayRM,
-    RequestRejected, RetriesExhausted, RetryPolicy, ScoresOptions, ServiceError, UnrecordedRequest, Usage, Vectorizer,
+    RequestRejected, RetriesExhausted, RetryPolicy, SamplesInBatch, ScoresOptions, ServiceError, UnrecordedRequest, Usage, Vectorizer,
 )
 from .clients.specs import lm_from_spec, rm_from_spec
 from .compiling import Compiled, DemoSpace, Space, compile, load_compiled
@@ -41,7 +41,7 @@ __all__ = [
     # clients
     "LM", "RM", "Passage", "Usage", "ReplayLM", "ReplayRM", "UnrecordedRequest",
     "OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal", "HybridRM",
-    "ModelFileError", "ContextLengthExceeded", "CountsTokens", "ScoresOptions",
+    "ModelFileError", "ContextLengthExceeded", "CountsTokens", "ScoresOptions", "SamplesInBatch",
     "Vectorizer", "HashingVectorizer", "E5Vectorizer", "OpenAIVectorizer",
     "RetryPolicy", "ServiceError", "RetriesExhausted", "RequestRejected",
     # primitives

@@ -47,6 +47,10 @@ def test_llamacpp_spec_options_are_checked():
         llamacpp_options({"n_ctx": "8k"})
     with pytest.raises(SpecError, match="flash_attn must be 1 or 0, got 'maybe'"):
         llamacpp_options({"flash_attn": "maybe"})
+    assert llamacpp_options({"n_seq": "1"}) == {"n_seq": 1}  # one completion at a time, no batching
+    for bad, why in (("0", "n_seq must be an integer >= 1"), ("999", "n_seq must be at most 256")):
+        with pytest.raises(SpecError, match=why):
+            llamacpp_options({"n_seq": bad})
     with pytest.raises(SpecError, match="unknown option.*n_gpu_layers.*takes n_ctx, n_threads, flash_attn"):
         lm_from_spec("llamacpp:,n_gpu_layers=99")
     with pytest.raises(SpecError, match="llamacpp: /nowhere/m.gguf is not a file"):

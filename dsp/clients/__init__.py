@@ -9,14 +9,14 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from .lm import LM, ContextLengthExceeded, CountsTokens, ScoresOptions, Usage
+from .lm import LM, ContextLengthExceeded, CountsTokens, SamplesInBatch, ScoresOptions, Usage
 from .replay import ReplayLM, ReplayRM, UnrecordedRequest
 from .retry import RequestRejected, RetriesExhausted, RetryPolicy, ServiceError
 from .rm import RM, Passage
 from .vectorizers import E5Vectorizer, HashingVectorizer, OpenAIVectorizer, Vectorizer
 
 __all__ = [
-    "LM", "Usage", "ContextLengthExceeded", "CountsTokens", "ScoresOptions", "RM", "Passage", "ReplayLM", "ReplayRM", "UnrecordedRequest",
+    "LM", "Usage", "ContextLengthExceeded", "CountsTokens", "ScoresOptions", "SamplesInBatch", "RM", "Passage", "ReplayLM", "ReplayRM", "UnrecordedRequest",
     "Vectorizer", "HashingVectorizer", "E5Vectorizer", "OpenAIVectorizer",
     "RetryPolicy", "ServiceError", "RetriesExhausted", "RequestRejected",
     "OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal", "HybridRM", "ModelFileError",

@@ -109,7 +109,7 @@ def llamacpp_options(options: Mapping[str, str]) -> dict[str, Any]:
     >>> llamacpp_options({"n_ctx": "8192", "flash_attn": "1"})
     {'n_ctx': 8192, 'flash_attn': True}
     """
-    _check_known("llamacpp", options, ("n_ctx", "n_threads", "flash_attn"))
+    _check_known("llamacpp", options, ("n_ctx", "n_threads", "flash_attn", "n_seq"))
     kwargs: dict[str, Any] = {}
     # n_threads matters on shared machines (a Ray node runs one model per CPU-slot; see dsp.backends.ray).
     if "n_ctx" in options:
@@ -118,6 +118,10 @@ def llamacpp_options(options: Mapping[str, str]) -> dict[str, Any]:
         kwargs["n_threads"] = _int_option("llamacpp", "n_threads", options["n_threads"])
     if "flash_attn" in options:
         kwargs["flash_attn"] = _bool_option("llamacpp", "flash_attn", options["flash_attn"])
+    if "n_seq" in options:  # sequences decoded together (1: one completion at a time)
+        kwargs["n_seq"] = _int_option("llamacpp", "n_seq", options["n_seq"])
+        if kwargs["n_seq"] > 256:  # llama.cpp's limit
+            raise SpecError(f"llamacpp spec: n_seq must be at most 256, got {options['n_seq']!r}")
     return kwargs
 
 
@@ -245,7 +249,7 @@ def _replay_rm(argument: str, options: dict[str, str]) -> Any:
 
 
 LM_KINDS: dict[str, _Kind] = {
-    "llamacpp": _Kind(("n_ctx", "n_threads", "flash_attn"), None, _llamacpp, path="file", check=llamacpp_options),
+    "llamacpp": _Kind(("n_ctx", "n_threads", "flash_attn", "n_seq"), None, _llamacpp, path="file", check=llamacpp_options),
     "openai": _Kind(("type",), "model name", _openai),
     "openai-compatible": _Kind(("model", "type"), "base url", _openai_compatible),
     "gpt3": _Kind((), None, _gpt3),

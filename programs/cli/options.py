@@ -123,7 +123,7 @@ def existing_path(text: str) -> str:
 def add_lm(parser: argparse.ArgumentParser, n_ctx_help: str = "the model's own (4096)") -> None:
     group = parser.add_argument_group("language model")
     group.add_argument("--lm", metavar="SPEC", default=None,
-                       help="the LM: llamacpp[:model.gguf][,n_ctx=N,flash_attn=1], openai:MODEL, "
+                       help="the LM: llamacpp[:model.gguf][,n_ctx=N,flash_attn=1,n_seq=N], openai:MODEL, "
                             "openai-compatible:URL[,model=NAME], replay:FILE (default: $DSP_LM, else llamacpp)")
     group.add_argument("--n-ctx", type=positive_int, default=None,
                        help=f"context window of the embedded llamacpp model (default: {n_ctx_help})")
