@@ -195,3 +195,16 @@ def test_compile_arguments_are_checked_before_any_model_loads(data_dir, tmp_path
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, (argv, err)
+
+
+def test_a_small_sample_of_a_big_space_covers_every_value():
+    from programs.open_qa import SEARCH
+    space = Space(options=SEARCH["retrieve_then_read"], demos=DemoSpace(ks=(1, 3, 5)))
+    assert len(space.grid()) == 217
+    for seed in range(20):
+        picked = space.candidates(6, seed=seed)[1:]
+        assert len({c.key for c in picked}) == 5
+        for name, values in SEARCH["retrieve_then_read"].items():
+            assert {c.options[name] for c in picked} == set(values), (seed, name)
+        assert {c.demos["kind"] for c in picked} == {"raw", "augmented"}
+        assert {c.demos["k"] for c in picked} == {1, 3, 5}

@@ -7,7 +7,7 @@ each question), the program's option values, and the name of the retriever.
 
 >>> space = Space(options={"k": [1, 3]}, demos=DemoSpace(kinds=("raw",), ks=(3,), selects=("random",)))
 >>> [c.key for c in space.candidates(4, seed=0)]
-['baseline', 'raw3-random0-k1', 'raw3-random1-k1', 'raw3-random1-k3']
+['baseline', 'raw3-random0-k1', 'raw3-random0-k3', 'raw3-random1-k3']
 """
 
 from __future__ import annotations
@@ -50,6 +50,15 @@ class DemoSpace:
             for seed in range(self.seeds if select == "random" else 1):
                 out.append({"kind": kind, "k": k, "select": select, "seed": seed})
         return out
+
+
+def _features(candidate: "Candidate") -> list[tuple[str, str]]:
+    """The values a candidate picks, as (dimension, value) pairs: what `Space.candidates` balances."""
+    demos = candidate.demos
+    found = [("demos.kind", str(demos.get("kind"))), ("demos.k", str(demos.get("k"))),
+             ("demos.select", str(demos.get("select")))]
+    found += [(f"option.{name}", repr(value)) for name, value in sorted(candidate.options.items())]
+    return found + [("rm", str(candidate.rm))]
 
 
 def _slug(value: Any) -> str:
@@ -110,11 +119,33 @@ class Space:
 
     def candidates(self, n: int, seed: int = 0) -> list[Candidate]:
         """The baseline (the program as written) and n-1 others: all of them when the grid is that
-        small, else a seeded sample that keeps the grid's order."""
+        small, else a seeded sample that covers every value evenly, in the grid's order.
+
+        Why even coverage: a plain random sample of a few points from a big grid can miss a whole
+        value (five draws from 216 once all had demos without their passages, the value that mattered).
+        Each pick is the candidate whose values (demo kind, k, selection, each option, retriever) have
+        been picked least so far, ties broken by a seeded shuffle.
+
+        >>> space = Space(options={"k": [1, 2, 3]}, demos=DemoSpace(kinds=("raw",), ks=(3, 5), selects=("random",),
+        ...                                                         seeds=1))
+        >>> sorted(c.options["k"] for c in space.candidates(4)[1:])  # 3 of 6: every k once
+        [1, 2, 3]
+        """
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"the number of candidates must be a positive integer, got {n!r}")
         grid = self.grid()
         if n >= len(grid):
             return grid
-        chosen = sorted(random.Random(f"compile-{seed}").sample(range(1, len(grid)), n - 1))
-        return [grid[0]] + [grid[i] for i in chosen]
+        order = list(range(1, len(grid)))
+        random.Random(f"compile-{seed}").shuffle(order)
+        rank = {index: position for position, index in enumerate(order)}
+        features = {i: _features(grid[i]) for i in order}
+        used: dict[tuple[str, str], int] = {}
+        chosen: list[int] = []
+        for _ in range(n - 1):
+            best = min((i for i in order if i not in chosen),
+                       key=lambda i: (sum(used.get(f, 0) for f in features[i]), rank[i]))
+            chosen.append(best)
+            for feature in features[best]:
+                used[feature] = used.get(feature, 0) + 1
+        return [grid[0]] + [grid[i] for i in sorted(chosen)]
