@@ -208,3 +208,15 @@ def test_a_small_sample_of_a_big_space_covers_every_value():
             assert {c.options[name] for c in picked} == set(values), (seed, name)
         assert {c.demos["kind"] for c in picked} == {"raw", "augmented"}
         assert {c.demos["k"] for c in picked} == {1, 3, 5}
+
+
+def test_fixed_options_stay_in_the_compiled_program(tmp_path):
+    """Options every candidate starts from (a preset) are part of what was scored, so they are saved."""
+    train = _trainset()
+    space = Space(options={"shout": [False, True]}, demos=DemoSpace(kinds=("raw",), ks=(3,), selects=("random",),
+                                                                     seeds=1))
+    with dsp.settings.context(lm=ScriptedLM(magic_respond)):
+        compiled = dsp.compile(reader, train, dsp.EM, space=space, options={"n_demos": 1}, candidates=3, val=10,
+                               progress=False)
+    assert compiled.options["n_demos"] == 1
+    assert dsp.load_compiled(compiled.save(tmp_path / "c.json")).options == compiled.options

@@ -24,7 +24,6 @@ from typing import Any, Callable, Mapping
 from ..evaluation.rows import jsonable
 from ..example import Example
 from .bootstrap import question_of
-from .space import Candidate
 
 __all__ = ["Compiled", "load_compiled", "program_name", "import_program", "FORMAT"]
 
@@ -147,14 +146,6 @@ class Compiled:
                    examples(data.get("demos")), examples(knn.get("pool")), int(knn.get("k") or 0),
                    str(knn.get("vectorizer") or "hashing"), dict(data.get("candidate") or {}),
                    list(data.get("table") or []), dict(data.get("meta") or {}))
-
-    @classmethod
-    def from_candidate(cls, program: Callable[..., Any], candidate: Candidate, train: list[Example],
-                       demos: list[Example] | None, knn_pool: list[Example] | None, vectorizer: str,
-                       table: list[dict[str, Any]], meta: dict[str, Any]) -> "Compiled":
-        k = int(candidate.demos.get("k") or 0)
-        return cls(program, dict(candidate.options), list(train), demos, knn_pool, k if knn_pool else 0, vectorizer,
-                   candidate.as_dict(), table, meta)
 
 
 def load_compiled(path: str | os.PathLike) -> Compiled:

@@ -11,7 +11,7 @@ intervals, goes with it. Nothing outside the training set reaches the LM.
 
 >>> compiled = dsp.compile(partial(open_qa.dsp_program), pool, dsp.EM,                    # doctest: +SKIP
 ...                        space=Space(options={"k": [1, 3]}), candidates=8, out="runs/compile/nq-dsp")
->>> print(compiled.report())                                                               # doctest: +SKIP
+>>> print(report(compiled.table))                                                          # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import math
 import os
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -202,8 +203,8 @@ def compile(
             "pool": len(pool), "val": len(heldout), "augmented": len(augmented), "candidates": len(chosen),
             "rungs": rungs, "trainset": describe(list(trainset)), "seconds": round(time.perf_counter() - started, 1),
             "lm_usage": usage}
-    return Compiled.from_candidate(program, best, pool, final.demos, final.knn_pool, vectorizer,
-                                   sorted(table.values(), key=lambda r: (-r["rung"], -r["score"])), meta)
+    # The candidate as it was scored (its options on top of the fixed ones), with the search attached.
+    return replace(final, table=sorted(table.values(), key=lambda r: (-r["rung"], -r["score"])), meta=meta)
 
 
 def _rung_runs(n: int, rungs: list[int]) -> int:
