@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 import dsp
-from templates.qa import qa
+from templates.qa import qa, qa_with_cot
 
-__all__ = ["reader", "magic_respond", "MAGIC"]
+__all__ = ["reader", "cot_reader", "evidence", "magic_respond", "wrong_respond", "MAGIC"]
 
 MAGIC = "which demo unlocks the answers?"
 
@@ -27,3 +27,21 @@ def magic_respond(prompt: str, request: dict) -> list[str]:
     if f"Question: {MAGIC}" in prompt and number:
         return [f" a{number[0]}"]
     return [" no idea"]
+
+
+def evidence(question: str) -> list[str]:
+    """A stand-in search: questions with an even number find a passage holding their answer."""
+    number = int(re.findall(r"\d+", question)[0]) if re.findall(r"\d+", question) else 1
+    return [f"Q{number} | the answer to q{number} is a{number}"] if number % 2 == 0 else ["Nothing | no answer here"]
+
+
+def cot_reader(question: str, train: list, demos: list | None = None) -> dsp.Example:
+    """Search (`evidence`), then a rationale and an answer."""
+    x = dsp.Example(question=question, context=evidence(question), demos=dsp.sample(train, k=2) if demos is None else demos)
+    _, completions = dsp.generate(qa_with_cot, stop="auto")(x, stage="qa")
+    return dsp.Example(question=question, answer=completions.answer, context=x.context)
+
+
+def wrong_respond(prompt: str, request: dict) -> list[str]:
+    """A model that reasons and always answers wrong."""
+    return [" guess wildly.\n\nAnswer: wrong"]

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from compile_programs import MAGIC, magic_respond, reader
+from compile_programs import MAGIC, cot_reader, evidence, magic_respond, reader, wrong_respond
 from helpers import ScriptedLM
 
 import dsp
@@ -61,6 +61,59 @@ def test_augmented_demonstrations_carry_the_trace_that_passed(tmp_path):
     assert all(d.augmented and d.qa.answer == d.answer[0] and d.qa.question == d.question for d in demos)
     # The example being answered is never among its own demonstrations.
     assert all(f"Question: {r['question']}\nAnswer:" not in r["trace"][0]["prompt"].rsplit("---", 1)[0] for r in rows)
+
+
+def test_gold_labelled_demonstrations_show_the_search_that_found_the_answer(tmp_path):
+    """A model that never answers right bootstraps no passing trace, but every trace whose context held
+    the answer becomes a demonstration labelled with the gold answer, without the rationale it wrote
+    for its own wrong answer; one bootstrap run gives both labellings."""
+    from functools import partial
+
+    from dsp.compiling import bootstrap_runs, demos_of_rows
+
+    train = [dsp.Example(question=f"what is q{i}?", answer=[f"a{i}"]) for i in range(12)]
+    with dsp.settings.context(lm=ScriptedLM(wrong_respond)):
+        attempted, rows = bootstrap_runs(partial(cot_reader, train=train), train, dsp.EM, out=tmp_path / "b.jsonl")
+    assert [r["prediction"] for r in rows] == ["wrong"] * 12
+    assert demos_of_rows(attempted, rows) == []
+    gold = demos_of_rows(attempted, rows, label="gold")
+    assert [d.question for d in gold] == [f"what is q{i}?" for i in range(0, 12, 2)]  # the ones whose search found it
+    for d in gold:
+        assert d.augmented and d.qa.answer == d.answer[0] and d.qa.context == evidence(d.question)
+        assert "rationale" not in d.qa  # it argued for "wrong"
+    assert all(r["trace"][0]["written"] == ["rationale", "answer"] for r in rows)
+    with pytest.raises(ValueError, match="label must be one of predicted, gold"):
+        demos_of_rows(attempted, rows, label="silver")
+
+
+def test_compile_tries_gold_labelled_demonstrations(tmp_path):
+    """The gold kind reaches the search: a gold-labelled candidate carries traces whose context held the answer."""
+    train = [dsp.Example(question=f"what is q{i}?", answer=[f"a{i}"]) for i in range(30)]
+    space = Space(demos=DemoSpace(kinds=("gold",), ks=(2,), selects=("random",), seeds=1))
+    with dsp.settings.context(lm=ScriptedLM(wrong_respond)):
+        compiled = dsp.compile(cot_reader, train, dsp.EM, space=space, candidates=2, val=10, out=tmp_path / "c",
+                               progress=False)
+    assert [row["key"] for row in compiled.table] == ["baseline", "gold2-random0"]
+    assert compiled.meta["augmented"] == 0 and compiled.meta["gold"] > 0
+    gold_candidate = next(r for r in compiled.table if r["key"] == "gold2-random0")
+    assert gold_candidate["n"] == 10
+
+
+def test_a_bigger_bootstrap_reruns_only_the_candidates_that_draw_on_it(tmp_path):
+    """Raw candidates and the baseline do not depend on the bootstrapped demos: a compile resumed with
+    more of the pool bootstrapped keeps their rows; augmented candidates (new demos) are scored again."""
+    train = _trainset()
+    space = Space(demos=DemoSpace(kinds=("raw", "augmented"), ks=(3,), selects=("random",), seeds=1))
+    runs = {}
+    for limit in (8, 25):
+        lm = ScriptedLM(magic_respond)
+        with dsp.settings.context(lm=lm, cache=False):
+            compiled = dsp.compile(reader, train, dsp.EM, space=space, candidates=3, val=10, bootstrap_limit=limit,
+                                   out=tmp_path / "c", halving=False, progress=False)
+        runs[limit] = (compiled.meta["augmented"], len(lm.prompts))
+    assert runs[8][0] < runs[25][0]  # the bigger bootstrap found more passing traces
+    # The second compile: 17 new bootstrap runs + the augmented candidate's 10 questions, nothing else.
+    assert runs[25][1] == (25 - 8) + 10
 
 
 def test_the_compiled_program_round_trips_as_json(tmp_path):
@@ -200,13 +253,13 @@ def test_compile_arguments_are_checked_before_any_model_loads(data_dir, tmp_path
 def test_a_small_sample_of_a_big_space_covers_every_value():
     from programs.open_qa import SEARCH
     space = Space(options=SEARCH["retrieve_then_read"], demos=DemoSpace(ks=(1, 3, 5)))
-    assert len(space.grid()) == 217
+    assert len(space.grid()) == 325
     for seed in range(20):
         picked = space.candidates(6, seed=seed)[1:]
         assert len({c.key for c in picked}) == 5
         for name, values in SEARCH["retrieve_then_read"].items():
             assert {c.options[name] for c in picked} == set(values), (seed, name)
-        assert {c.demos["kind"] for c in picked} == {"raw", "augmented"}
+        assert {c.demos["kind"] for c in picked} == {"raw", "augmented", "gold"}
         assert {c.demos["k"] for c in picked} == {1, 3, 5}
 
 
@@ -220,3 +273,28 @@ def test_fixed_options_stay_in_the_compiled_program(tmp_path):
                                progress=False)
     assert compiled.options["n_demos"] == 1
     assert dsp.load_compiled(compiled.save(tmp_path / "c.json")).options == compiled.options
+
+
+@pytest.mark.parametrize("dataset,program", [("hotpotqa", "dsp"), ("hotpotqa", "self_ask"), ("qrecc", "dsp"),
+                                             ("qrecc", "retrieve_then_read"), ("squad", "dsp"), ("nq", "vanilla")])
+def test_every_family_compiles_and_runs_compiled(data_dir, tmp_path, monkeypatch, capsys, dataset, program):
+    """Multi-hop, conversational and open-QA programs all take chosen demonstrations: compile, save,
+    load and run on the dev set, end to end through the CLI (a scripted LM; the real RM and data)."""
+    from programs.cli import main
+
+    def scripted(spec=None):
+        lm = ScriptedLM(lambda prompt, request: [" Paris"] * int(request.get("n") or 1), model="scripted-families")
+        lm.spec = "scripted"
+        return lm
+
+    monkeypatch.setattr(dsp, "lm_from_spec", scripted)
+    out = tmp_path / f"{dataset}-{program}.json"
+    assert main(["compile", program, "--dataset", dataset, "--candidates", "3", "--val", "10", "--bootstrap", "4",
+                 "--out", str(out), "--no-halving"]) == 0
+    compiled = dsp.load_compiled(out)
+    assert compiled.meta["task"] == dataset and len(compiled.table) == 3
+    assert all(row["errors"] == 0 and row["n"] == 10 for row in compiled.table), compiled.table
+    capsys.readouterr()
+    assert main(["run", program, "--dataset", dataset, "--n", "2", "--compiled", str(out),
+                 "--out", str(tmp_path / "runs")]) == 0
+    assert "2 examples" in capsys.readouterr().out

@@ -2,18 +2,20 @@
 
 - space.py: the candidates (demonstrations: raw, bootstrapped, how many, random or knn; program options;
   retrievers), plain data;
-- bootstrap.py: augmented demonstrations from the program's own traces that pass (`annotate`, generalised);
+- bootstrap.py: augmented demonstrations from the program's own traces that pass, or whose context held
+  the answer, gold-labelled (`annotate`, generalised);
 - search.py: the split into pool and validation, the candidates scored by `dsp.evaluate` with successive
   halving, the best chosen;
 - compiled.py: the compiled program, saved and loaded as plain JSON.
 """
 
-from .bootstrap import bootstrap, demo_from_row
+from .bootstrap import LABELS, bootstrap, bootstrap_runs, demo_from_row, demos_of_rows
 from .compiled import Compiled, import_program, load_compiled, program_name
 from .search import compile, fixed_demos, report, split_train
-from .space import Candidate, DemoSpace, Space
+from .space import DEMO_KINDS, Candidate, DemoSpace, Space
 
 __all__ = [
     "compile", "load_compiled", "Compiled", "Space", "DemoSpace", "Candidate", "bootstrap", "demo_from_row",
-    "split_train", "fixed_demos", "report", "import_program", "program_name",
+    "split_train", "fixed_demos", "report", "import_program", "program_name", "bootstrap_runs", "demos_of_rows",
+    "LABELS", "DEMO_KINDS",
 ]

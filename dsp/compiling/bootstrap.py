@@ -3,8 +3,12 @@
 Each training example is answered by the program with raw demonstrations drawn from the *other*
 training examples (never itself); an answer the metric accepts (and, if asked, whose retrieved context
 holds a gold answer) makes the example an augmented demonstration carrying the stage records of its
-trace, as DSP's `annotate` does. The runs go through `dsp.evaluate`, so they are parallel, cached and
-resumable, and their rows keep the traces.
+trace, as DSP's `annotate` does. With ``label="gold"``, a trace whose retrieved context holds a gold
+answer makes a demonstration whatever the program answered, labelled with the gold answer (the fields
+the LM wrote on the way to its own answer, e.g. a rationale, are dropped): a model too weak to answer
+its training questions still shows how the search found the evidence. The runs go through
+`dsp.evaluate`, so they are parallel, cached and resumable, and their rows keep the traces; one run
+gives both labellings (`bootstrap_runs` then `demos_of_rows`).
 
 >>> demos = bootstrap(program, pool, metric=dsp.EM, out="runs/compile/bootstrap.jsonl")   # doctest: +SKIP
 >>> demos[0].augmented, sorted(demos[0].qa)                                              # doctest: +SKIP
@@ -20,10 +24,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..evaluation import QA_FIELDS, Fields, Runner, describe, evaluate
 from ..example import Example
-from ..metrics import normalize_text, passage_match
+from ..metrics import answer_match, normalize_text, passage_match
 from ..primitives.demonstrate import all_but, sample
+from ..template import format_answers
 
-__all__ = ["bootstrap", "demo_from_row", "question_of", "Bootstrapping"]
+__all__ = ["bootstrap", "bootstrap_runs", "demos_of_rows", "demo_from_row", "question_of", "Bootstrapping", "LABELS"]
+
+LABELS = ("predicted", "gold")
 
 
 def question_of(value: Any) -> str:
@@ -63,31 +70,48 @@ def _chosen(completions: Sequence[Mapping[str, Any]], field_name: str, predictio
     return completions[0]
 
 
-def demo_from_row(example: Mapping[str, Any], row: Mapping[str, Any], fields: Fields = QA_FIELDS) -> Example | None:
-    """The augmented demonstration a passing row makes: the training example plus, for each stage of
-    its trace, the stage's record (its last call, the completion behind the program's answer)."""
+def _gold_record(entry: Mapping[str, Any], field_name: str, gold: Any) -> dict[str, Any]:
+    """The stage record labelled with the gold answer: a completion that gave it if any, else the first
+    without the fields the LM wrote (they argued for another answer)."""
+    completions = entry.get("completions") or []
+    for completion in completions:
+        value = completion.get(field_name)
+        if isinstance(value, str) and answer_match(value, gold):
+            return {**completion, field_name: format_answers(gold)}
+    written = set(entry.get("written") or ()) - {field_name}
+    return {**{k: v for k, v in completions[0].items() if k not in written}, field_name: format_answers(gold)}
+
+
+def demo_from_row(example: Mapping[str, Any], row: Mapping[str, Any], fields: Fields = QA_FIELDS,
+                  label: str = "predicted") -> Example | None:
+    """The augmented demonstration a row makes: the training example plus, for each stage of its trace,
+    the stage's record (its last call, the completion behind the program's answer). With label="gold",
+    the stage that wrote the answer shows the gold one instead."""
+    if label not in LABELS:
+        raise ValueError(f"label must be one of {', '.join(LABELS)}, got {label!r}")
     stages: dict[str, Example] = {}
     for entry in row.get("trace") or []:
         stage, completions = entry.get("stage"), entry.get("completions") or []
-        if stage and completions:
+        if not stage or not completions:
+            continue
+        if label == "gold" and any(fields.prediction in c for c in completions):
+            record: Mapping[str, Any] = _gold_record(entry, fields.prediction, example[fields.gold])
+        else:
             record = _chosen(completions, fields.prediction, row.get("prediction"))
-            stages[str(stage)] = Example({k: v for k, v in record.items() if v is not None})
+        stages[str(stage)] = Example({k: v for k, v in record.items() if v is not None})
     if not stages:
         return None
     return Example(example, **stages, augmented=True)
 
 
-def bootstrap(program: Callable[..., Any], pool: Sequence[Example], metric: Callable[..., Any], *,
-              fields: Fields = QA_FIELDS, n_raw: int = 3, options: Mapping[str, Any] | None = None,
-              limit: int | None = None, require_context: bool = False, passing: float = 1.0,
-              runner: Runner | int = 1, out: str | os.PathLike | None = None, seed: int = 0,
-              wrap: Callable[[Callable[..., Any], list[Example]], Callable[..., Any]] | None = None) -> list[Example]:
-    """Augmented demonstrations from the first `limit` pool examples (all by default) whose program answer
-    scores at least `passing` (and, with `require_context`, whose context holds a gold answer).
-
-    `program(input, demos=..., **options)` is the program to bootstrap; `wrap(program, examples)` adapts
-    it to what `dsp.evaluate` calls (e.g. turn-by-turn conversations). Order follows the pool.
-    """
+def bootstrap_runs(program: Callable[..., Any], pool: Sequence[Example], metric: Callable[..., Any], *,
+                   fields: Fields = QA_FIELDS, n_raw: int = 3, options: Mapping[str, Any] | None = None,
+                   limit: int | None = None, runner: Runner | int = 1, out: str | os.PathLike | None = None,
+                   seed: int = 0, wrap: Callable[[Callable[..., Any], list[Example]], Callable[..., Any]] | None = None,
+                   ) -> tuple[list[Example], list[dict[str, Any]]]:
+    """(examples attempted, their rows): the program run on the first `limit` pool examples (all by
+    default), each with `n_raw` raw demos from the rest of the pool. `wrap(program, examples)` adapts it
+    to what `dsp.evaluate` calls (e.g. turn-by-turn conversations)."""
     examples = [e if isinstance(e, Example) else Example(e) for e in pool]
     attempted = examples[:limit] if limit is not None else examples
     runnable: Callable[..., Any] = Bootstrapping(program, examples, n_raw, dict(options or {}), seed)
@@ -97,13 +121,43 @@ def bootstrap(program: Callable[..., Any], pool: Sequence[Example], metric: Call
                       run={"stage": "bootstrap", "n_raw": n_raw, "options": describe(dict(options or {})), "seed": seed,
                            "pool": describe(examples)},
                       progress=False, display=False)
+    return attempted, result.rows
+
+
+def demos_of_rows(attempted: Sequence[Example], rows: Sequence[Mapping[str, Any]], *, fields: Fields = QA_FIELDS,
+                  label: str = "predicted", require_context: bool = False, passing: float = 1.0) -> list[Example]:
+    """The demonstrations bootstrapped rows make, in pool order: rows scoring at least `passing` (and, with
+    `require_context`, whose context holds a gold answer); with label="gold", every row whose context
+    holds a gold answer, labelled with it."""
+    if label not in LABELS:
+        raise ValueError(f"label must be one of {', '.join(LABELS)}, got {label!r}")
     demos = []
-    for example, row in zip(attempted, result.rows):
-        if row.get("error") is not None or float(row.get("score") or 0.0) < passing:
+    for example, row in zip(attempted, rows):
+        if row.get("error") is not None:
             continue
-        if require_context and not passage_match(row.get("context") or [], example[fields.gold]):
+        found = passage_match(row.get("context") or [], example[fields.gold])
+        if label == "gold" and not found:
             continue
-        demo = demo_from_row(example, row, fields)
+        if label == "predicted" and (float(row.get("score") or 0.0) < passing or (require_context and not found)):
+            continue
+        demo = demo_from_row(example, row, fields, label)
         if demo is not None:
             demos.append(demo)
     return demos
+
+
+def bootstrap(program: Callable[..., Any], pool: Sequence[Example], metric: Callable[..., Any], *,
+              fields: Fields = QA_FIELDS, n_raw: int = 3, options: Mapping[str, Any] | None = None,
+              limit: int | None = None, require_context: bool = False, passing: float = 1.0,
+              label: str = "predicted", runner: Runner | int = 1, out: str | os.PathLike | None = None, seed: int = 0,
+              wrap: Callable[[Callable[..., Any], list[Example]], Callable[..., Any]] | None = None) -> list[Example]:
+    """Augmented demonstrations from the first `limit` pool examples (all by default) whose program answer
+    scores at least `passing` (and, with `require_context`, whose context holds a gold answer); with
+    label="gold", from those whose context holds a gold answer, labelled with it.
+
+    `program(input, demos=..., **options)` is the program to bootstrap; `wrap(program, examples)` adapts
+    it to what `dsp.evaluate` calls (e.g. turn-by-turn conversations). Order follows the pool.
+    """
+    attempted, rows = bootstrap_runs(program, pool, metric, fields=fields, n_raw=n_raw, options=options, limit=limit,
+                                     runner=runner, out=out, seed=seed, wrap=wrap)
+    return demos_of_rows(attempted, rows, fields=fields, label=label, require_context=require_context, passing=passing)

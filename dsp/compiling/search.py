@@ -2,7 +2,7 @@
 
 The training set is split (seeded) into a *pool* and a *validation* part. DEMONSTRATE candidates come
 from the pool: raw examples, or augmented traces bootstrapped by running the program itself on pool
-examples (`bootstrap`); each candidate also sets the program's own options (k, n, temperature, chain of
+examples (`bootstrap`: those that passed, or those whose context held the answer, gold-labelled); each candidate also sets the program's own options (k, n, temperature, chain of
 thought, passage order, ...) and may name a retriever. Every candidate is scored on the validation part
 only, by `dsp.evaluate` (parallel, every call cached, each candidate's rows in a resumable file of its
 own), with successive halving: all candidates on the first quarter, the best third on half, the best
@@ -31,7 +31,7 @@ from ..example import Example
 from ..metrics import EM
 from ..primitives.demonstrate import sample
 from ..settings import settings
-from .bootstrap import bootstrap
+from .bootstrap import bootstrap_runs, demos_of_rows
 from .compiled import Compiled, program_name
 from .space import Candidate, Space
 
@@ -59,7 +59,8 @@ def split_train(trainset: Sequence[Example], val: int | None = None, seed: int =
 
 
 def fixed_demos(kind: str, k: int, seed: int, augmented: list[Example], pool: list[Example]) -> list[Example]:
-    """k demonstrations: raw ones drawn with `seed`, or the augmented ones first, then raw ones up to k.
+    """k demonstrations: raw ones drawn with `seed`, or (any other kind) bootstrapped ones first, then raw
+    ones up to k.
 
     >>> pool = [Example(question=str(i)) for i in range(9)]
     >>> [d.question for d in fixed_demos("augmented", 3, 0, [Example(question="7", augmented=True)], pool)]
@@ -141,14 +142,18 @@ def compile(
     chosen = space.candidates(candidates, seed)
     usage_before = _usage()
 
-    augmented: list[Example] = []
-    if any(c.demos.get("kind") == "augmented" for c in chosen):
-        augmented = bootstrap(_with_train(program, pool), pool, metric, fields=fields, options=base_options,
-                              limit=bootstrap_limit, require_context=require_context, runner=runner, seed=seed,
-                              out=folder / "bootstrap.jsonl" if folder else None, wrap=wrap)
+    # One bootstrap run gives both labellings: traces that passed, and traces whose context held the answer.
+    bootstrapped: dict[str, list[Example]] = {"augmented": [], "gold": []}
+    if any(c.demos.get("kind") in bootstrapped for c in chosen):
+        attempted, rows = bootstrap_runs(_with_train(program, pool), pool, metric, fields=fields, options=base_options,
+                                         limit=bootstrap_limit, runner=runner, seed=seed,
+                                         out=folder / "bootstrap.jsonl" if folder else None, wrap=wrap)
+        bootstrapped = {"augmented": demos_of_rows(attempted, rows, fields=fields, require_context=require_context),
+                        "gold": demos_of_rows(attempted, rows, fields=fields, label="gold")}
+    augmented = bootstrapped["augmented"]
 
     def candidate_program(candidate: Candidate) -> Compiled:
-        demos, knn_pool = _demos_of(candidate, augmented, pool)
+        demos, knn_pool = _demos_of(candidate, bootstrapped, pool)
         return Compiled(program, {**base_options, **candidate.options}, pool, demos, knn_pool,
                         int(candidate.demos.get("k") or 0) if knn_pool else 0, vectorizer, candidate.as_dict())
 
@@ -158,12 +163,18 @@ def compile(
         if wrap is not None:
             runnable = wrap(runnable, examples)
         context = {"rm": _rm(rms, candidate.rm)} if candidate.rm else {}
+        # The bootstrapped demos a candidate draws from are part of its identity (a changed bootstrap reruns
+        # it); raw candidates and the baseline do not depend on them.
+        # Their digest names the file too, so the rows of another bootstrap stay where they are.
+        kind = candidate.demos.get("kind")
+        drawn = {"bootstrapped": describe(bootstrapped[kind])} if kind in bootstrapped else {}
+        name = candidate.key + (f"-{drawn['bootstrapped']['sha256'][:8]}" if drawn and bootstrapped[kind] else "")
         with settings.context(**context):
             return evaluate(runnable, examples, metric, fields=fields, runner=runner,
-                            out=folder / "candidates" / f"{candidate.key}.jsonl" if folder else None,
+                            out=folder / "candidates" / f"{name}.jsonl" if folder else None,
                             run={"compile": {"program": program_name(program), "candidate": candidate.as_dict(),
                                              "options": describe(base_options), "seed": seed,
-                                             "pool": describe(pool), "augmented": describe(augmented)}},
+                                             "pool": describe(pool), **drawn}},
                             seed=seed, progress=False, display=False)
 
     table: dict[str, dict[str, Any]] = {}
@@ -200,7 +211,8 @@ def compile(
     usage = {key: after[key] - usage_before.get(key, 0) for key in after}
     meta = {"lm": _client_spec(settings.lm), "lm_name": settings.lm.name if isinstance(settings.lm, LM) else None,
             "rm": _client_spec(_rm(rms, best.rm)) if best.rm else _client_spec(settings.rm), "seed": seed,
-            "pool": len(pool), "val": len(heldout), "augmented": len(augmented), "candidates": len(chosen),
+            "pool": len(pool), "val": len(heldout), "augmented": len(augmented),
+            "gold": len(bootstrapped["gold"]), "candidates": len(chosen),
             "rungs": rungs, "trainset": describe(list(trainset)), "seconds": round(time.perf_counter() - started, 1),
             "lm_usage": usage}
     # The candidate as it was scored (its options on top of the fixed ones), with the search attached.
@@ -234,13 +246,14 @@ def _rm(rms: Mapping[str, Any] | None, name: str | None) -> Any:
     return (rms or {})[name]
 
 
-def _demos_of(candidate: Candidate, augmented: list[Example], pool: list[Example]
+def _demos_of(candidate: Candidate, bootstrapped: Mapping[str, list[Example]], pool: list[Example]
               ) -> tuple[list[Example] | None, list[Example] | None]:
-    """(fixed demos, knn pool) of a candidate; an augmented candidate with nothing bootstrapped uses raw ones."""
+    """(fixed demos, knn pool) of a candidate; a bootstrapped kind with nothing bootstrapped uses raw ones."""
     spec = candidate.demos
     if spec.get("kind") == "none":
         return None, None
-    kind = spec["kind"] if augmented else "raw"
+    found = bootstrapped.get(spec["kind"]) or []
+    kind = spec["kind"] if found else "raw"
     if spec["select"] == "knn":
-        return None, augmented if kind == "augmented" else pool
-    return fixed_demos(kind, int(spec["k"]), int(spec.get("seed") or 0), augmented, pool), None
+        return None, found if kind != "raw" else pool
+    return fixed_demos(kind, int(spec["k"]), int(spec.get("seed") or 0), found, pool), None

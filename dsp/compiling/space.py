@@ -2,7 +2,8 @@
 
 A candidate is plain data: its demonstrations (`kind` "none": the program draws its own from the
 training set, as written by hand; "raw": k training examples as they are; "augmented": k bootstrapped
-traces that passed, then raw ones up to k; `select` "random" with a seed, or "knn": the k nearest to
+traces that passed, then raw ones up to k; "gold": k bootstrapped traces whose context held a gold
+answer, labelled with it, then raw ones; `select` "random" with a seed, or "knn": the k nearest to
 each question), the program's option values, and the name of the retriever.
 
 >>> space = Space(options={"k": [1, 3]}, demos=DemoSpace(kinds=("raw",), ks=(3,), selects=("random",)))
@@ -20,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 __all__ = ["DemoSpace", "Space", "Candidate", "DEMO_KINDS", "SELECTIONS"]
 
-DEMO_KINDS = ("raw", "augmented")
+DEMO_KINDS = ("raw", "augmented", "gold")
 SELECTIONS = ("random", "knn")
 
 

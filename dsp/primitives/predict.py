@@ -55,13 +55,14 @@ def generate(template: Template, **params: Any) -> Callable[..., tuple[Example, 
         lm = _current_lm()
         example = _as_example(example)
         call_params = {**params, **(settings.lm_overrides or {})}
-        return _generate(template, lm, example, stage, call_params, max_depth)
+        written = tuple(k for k in template.keys if example.get(k) is None)
+        return _generate(template, lm, example, stage, call_params, max_depth, written)
 
     return do_generate
 
 
 def _generate(template: Template, lm: Any, example: Example, stage: str | None,
-              call_params: dict[str, Any], max_depth: int) -> tuple[Example, Completions]:
+              call_params: dict[str, Any], max_depth: int, written: tuple[str, ...]) -> tuple[Example, Completions]:
     if stage is not None:
         example = example.demos_at(lambda demo: demo[stage])
     prompt = template(example)
@@ -87,7 +88,7 @@ def _generate(template: Template, lm: Any, example: Example, stage: str | None,
         max_tokens = call_params.get("max_tokens", defaults.get("max_tokens", 150))
         max_tokens = min(max(75, max_tokens // 2), max_tokens)
         continued = {**call_params, "max_tokens": max_tokens, "n": 1, "temperature": 0.0}
-        return _generate(template, lm, partial, stage, continued, max_depth - 1)
+        return _generate(template, lm, partial, stage, continued, max_depth - 1, written)
     if reached < len(template.keys):
         # Still unfinished after the continuations: the missing fields read as "" rather than crash.
         completions = [c.copy(**{k: "" for k in template.keys[reached:] if c.get(k) is None}) for c in completions]
@@ -99,9 +100,10 @@ def _generate(template: Template, lm: Any, example: Example, stage: str | None,
     trace = settings.trace
     if trace is not None:
         outputs = [{k: c.get(k) for k in template.keys} for c in result]
-        # "raw": the model's own text, before parsing (what `dsp ask` shows, what a parse failure explains).
+        # "raw": the model's own text, before parsing (what `dsp ask` shows, what a parse failure explains);
+        # "written": the fields the LM wrote rather than was given (a gold-labelled demo drops them).
         trace.append({"stage": stage, "template": template.instructions, "prompt": prompt, "completions": outputs,
-                      "raw": list(texts)})
+                      "raw": list(texts), "written": list(written)})
     return example, result
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import dsp
-from dsp.compiling import DemoSpace, Space, report
+from dsp.compiling import DEMO_KINDS, DemoSpace, Space, report
 from programs.tasks import TASKS, Task
 
 from .options import (
@@ -67,9 +67,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     task = TASKS[args.dataset]
     program, options = resolve_program(task, args.program, args.preset, parse_set(args.set))
     search = _family(task).SEARCH.get(args.program, {})
-    kinds = ("raw", "augmented") if args.bootstrap else ("raw",)
-    space = Space(options={k: v for k, v in search.items() if k not in options},
-                  demos=DemoSpace(kinds=kinds, ks=(1, 3, 5) if task.family == "open_qa" else (2, 4)))
+    kinds = DEMO_KINDS if args.bootstrap else ("raw",)
+    searched = {k: v for k, v in search.items() if k not in options}
+    if options.get("k") == 1:
+        searched.pop("order", None)  # one passage has one order: those candidates would repeat others
+    space = Space(options=searched,
+                  demos=DemoSpace(kinds=kinds, ks=(3, 5, 8) if task.family == "open_qa" else (2, 4)))
     lm_text = lm_spec(args)
     rm_text = _rm_choice(args)
     pool, _ = task.load(1, 0)  # the training pool only: the dev set is not even kept
