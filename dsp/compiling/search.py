@@ -2,8 +2,9 @@
 
 The training set is split (seeded) into a *pool* and a *validation* part. DEMONSTRATE candidates come
 from the pool: raw examples, or augmented traces bootstrapped by running the program itself on pool
-examples (`bootstrap`: those that passed, or those whose context held the answer, gold-labelled); each candidate also sets the program's own options (k, n, temperature, chain of
-thought, passage order, ...) and may name a retriever. Every candidate is scored on the validation part
+examples (`bootstrap`: those that passed, or those whose context held the answer, gold-labelled); each
+candidate also sets the program's own options (k, n, temperature, chain of thought, passage order, ...)
+and may name a retriever. Every candidate is scored on the validation part
 only, by `dsp.evaluate` (parallel, every call cached, each candidate's rows in a resumable file of its
 own), with successive halving: all candidates on the first quarter, the best third on half, the best
 on all of it. The best becomes a `Compiled` program; the table of candidates, with their scores and
@@ -163,9 +164,8 @@ def compile(
         if wrap is not None:
             runnable = wrap(runnable, examples)
         context = {"rm": _rm(rms, candidate.rm)} if candidate.rm else {}
-        # The bootstrapped demos a candidate draws from are part of its identity (a changed bootstrap reruns
-        # it); raw candidates and the baseline do not depend on them.
-        # Their digest names the file too, so the rows of another bootstrap stay where they are.
+        # The bootstrapped demos a candidate draws from are part of its identity and, by digest, of its file
+        # name: a changed bootstrap rescores it in a new file (the old rows stay); raw ones do not depend on it.
         kind = candidate.demos.get("kind")
         drawn = {"bootstrapped": describe(bootstrapped[kind])} if kind in bootstrapped else {}
         name = candidate.key + (f"-{drawn['bootstrapped']['sha256'][:8]}" if drawn and bootstrapped[kind] else "")
