@@ -19,7 +19,8 @@ from typing import Callable, Sequence
 import dsp
 from templates.qa import conv_qa, conv_qa_with_context, conv_rewrite
 
-__all__ = ["format_history", "vanilla", "retrieve_then_read", "dsp_program", "Conversations", "PROGRAMS", "PRESETS", "SEARCH"]
+__all__ = ["format_history", "vanilla", "retrieve_then_read", "dsp_program", "Conversations", "PROGRAMS", "PRESETS",
+           "SEARCH", "MOOT"]
 
 Turns = Sequence[tuple[str, str]]
 
@@ -134,3 +135,5 @@ SEARCH: dict[str, dict] = {
     "retrieve_then_read": {"k": [3, 5]},
     "dsp": {"k": [3, 5], "n_queries": [3, 10], "temperature": [0.3, 0.7]},
 }
+# Options that have no effect under another's value (one passage has one order): never searched there.
+MOOT: dict[str, dict] = {}

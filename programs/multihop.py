@@ -16,7 +16,7 @@ from programs.self_ask import self_ask_program
 from templates.qa import hop, qa, qa_with_context, qa_with_cot, rewrite
 
 __all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "greedy_search", "PROGRAMS", "PRESETS",
-           "SEARCH"]
+           "SEARCH", "MOOT"]
 
 
 def vanilla(question: str, train: list[dsp.Example], n_demos: int = 16,
@@ -111,3 +111,5 @@ SEARCH = {
     "self_ask": {"k": [1, 2]},
     "dsp": {"k": [2, 3, 5], "n_queries": [1, 3], "n": [1, 5], "temperature": [0.3, 0.7], "cot": [False, True]},
 }
+# Options that have no effect under another's value (one passage has one order): never searched there.
+MOOT = {"order": {"k": [1]}}

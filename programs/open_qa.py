@@ -22,7 +22,7 @@ import dsp
 from programs.self_ask import self_ask_program
 from templates.qa import qa, qa_with_context, qa_with_cot
 
-__all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "PROGRAMS", "PRESETS", "SEARCH"]
+__all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "PROGRAMS", "PRESETS", "SEARCH", "MOOT"]
 
 Label = Literal["predicted", "gold"]
 
@@ -131,3 +131,5 @@ SEARCH = {
     "dsp": {"k": [1, 2, 3], "n": [1, 5], "temperature": [0.3, 0.7], "cot": [False, True],
             "order": ["relevance", "lost_in_the_middle"]},
 }
+# Options that have no effect under another's value (one passage has one order): never searched there.
+MOOT = {"order": {"k": [1]}}

@@ -263,6 +263,27 @@ def test_a_small_sample_of_a_big_space_covers_every_value():
         assert {c.demos["k"] for c in picked} == {1, 3, 5}
 
 
+def test_a_moot_option_is_never_searched_where_it_has_no_effect():
+    """Passage order with one passage: those candidates ran the same prompts as others and took a slot."""
+    from programs.open_qa import MOOT, SEARCH
+    space = Space(options=SEARCH["retrieve_then_read"], demos=DemoSpace(ks=(1, 3, 5)), moot=MOOT)
+    grid = space.grid()
+    assert len(grid) == 1 + 27 * (2 + 2 * 2 * 2)  # k=1 keeps only demo_context's two values
+    assert all(("order" in c.options) == (c.options.get("k") != 1) for c in grid[1:])
+    assert len({c.key for c in grid}) == len(grid)
+    for seed in range(10):
+        picked = space.candidates(8, seed=seed)[1:]
+        assert {c.options["k"] for c in picked} == {1, 2, 3}
+        assert {c.options.get("order") for c in picked} == {None, "relevance", "lost_in_the_middle"}
+    # k fixed to 1 for every candidate (a preset): order is searched nowhere.
+    fixed = Space(options={"n": [1, 5], "order": SEARCH["dsp"]["order"]}, demos=DemoSpace(kinds=("raw",)), moot=MOOT)
+    assert all("order" not in c.options for c in fixed.grid(fixed={"k": 1}))
+    assert len(fixed.grid(fixed={"k": 1})) == 1 + 9 * 2 and len(fixed.grid(fixed={"k": 2})) == 1 + 9 * 4
+    assert any("order" in c.options for c in fixed.candidates(6, fixed={"k": 3}))
+    with pytest.raises(ValueError, match="moot"):
+        Space(moot={"order": ["k"]})
+
+
 def test_fixed_options_stay_in_the_compiled_program(tmp_path):
     """Options every candidate starts from (a preset) are part of what was scored, so they are saved."""
     train = _trainset()

@@ -140,7 +140,7 @@ def compile(
     for i, example in enumerate(heldout):
         fields.check(example, i)
     folder = Path(out) if out is not None else None
-    chosen = space.candidates(candidates, seed)
+    chosen = space.candidates(candidates, seed, fixed=base_options)
     usage_before = _usage()
 
     # One bootstrap run gives both labellings: traces that passed, and traces whose context held the answer.

@@ -4,7 +4,9 @@ A candidate is plain data: its demonstrations (`kind` "none": the program draws 
 training set, as written by hand; "raw": k training examples as they are; "augmented": k bootstrapped
 traces that passed, then raw ones up to k; "gold": k bootstrapped traces whose context held a gold
 answer, labelled with it, then raw ones; `select` "random" with a seed, or "knn": the k nearest to
-each question), the program's option values, and the name of the retriever.
+each question), the program's option values, and the name of the retriever. An option can be moot
+under another's value (`Space.moot`: passage order when k=1): it is then left out, and the candidates
+it would have told apart are one.
 
 >>> space = Space(options={"k": [1, 3]}, demos=DemoSpace(kinds=("raw",), ks=(3,), selects=("random",)))
 >>> [c.key for c in space.candidates(4, seed=0)]
@@ -102,23 +104,55 @@ class Space:
     options: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     demos: DemoSpace = field(default_factory=DemoSpace)
     rms: Sequence[str] = ()
+    # option -> {other option: its values under which this one has no effect}, e.g. {"order": {"k": [1]}}
+    moot: Mapping[str, Mapping[str, Sequence[Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, values in self.options.items():
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
                 raise ValueError(f"search space option {name!r}: give a non-empty list of values, got {values!r}")
+        for name, when in self.moot.items():
+            if not isinstance(when, Mapping) or not when or any(
+                    isinstance(v, (str, bytes)) or not isinstance(v, Sequence) for v in when.values()):
+                raise ValueError(f"search space moot[{name!r}]: give {{option: [values]}}, got {when!r}")
 
-    def grid(self) -> list[Candidate]:
-        """Every combination (the baseline first)."""
+    def _relevant(self, options: Mapping[str, Any], fixed: Mapping[str, Any]) -> dict[str, Any]:
+        """`options` without those made moot by another value (searched, or fixed for every candidate)."""
+        values = {**fixed, **options}
+
+        def moot(name: str) -> bool:  # compared with their types: True is not the 1 of k=1
+            return any(other in values and any(type(v) is type(values[other]) and v == values[other] for v in moot_values)
+                       for other, moot_values in self.moot.get(name, {}).items())
+
+        return {name: value for name, value in options.items() if not moot(name)}
+
+    def grid(self, fixed: Mapping[str, Any] | None = None) -> list[Candidate]:
+        """Every distinct combination (the baseline first); `fixed` are the options every candidate
+        starts from, which can make a searched one moot.
+
+        >>> space = Space(options={"k": [1, 3], "order": ["relevance", "lost_in_the_middle"]},
+        ...               demos=DemoSpace(kinds=("raw",), ks=(3,), selects=("knn",)), moot={"order": {"k": [1]}})
+        >>> [c.key for c in space.grid()]
+        ['baseline', 'raw3-knn-k1', 'raw3-knn-k3-orderrelevance', 'raw3-knn-k3-orderlost_in_the_middle']
+        >>> [c.key for c in Space(options={"order": ["relevance", "lost_in_the_middle"]},
+        ...                       moot={"order": {"k": [1]}}, demos=space.demos).grid(fixed={"k": 1})]
+        ['baseline', 'raw3-knn']
+        """
+        fixed = dict(fixed or {})
         names = sorted(self.options)
-        option_sets = [dict(zip(names, values)) for values in itertools.product(*(self.options[n] for n in names))]
+        option_sets = [self._relevant(dict(zip(names, values)), fixed)
+                       for values in itertools.product(*(self.options[n] for n in names))]
         rms: Sequence[str | None] = list(self.rms) or [None]
         out = [Candidate({"kind": "none"}, {}, rms[0])]
+        seen: set[str] = set()
         for demos, options, rm in itertools.product(self.demos.choices(), option_sets, rms):
-            out.append(Candidate(demos, options, rm))
+            candidate = Candidate(demos, options, rm)
+            if candidate.key not in seen:
+                seen.add(candidate.key)
+                out.append(candidate)
         return out
 
-    def candidates(self, n: int, seed: int = 0) -> list[Candidate]:
+    def candidates(self, n: int, seed: int = 0, fixed: Mapping[str, Any] | None = None) -> list[Candidate]:
         """The baseline (the program as written) and n-1 others: all of them when the grid is that
         small, else a seeded sample that covers every value evenly, in the grid's order.
 
@@ -134,7 +168,7 @@ class Space:
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"the number of candidates must be a positive integer, got {n!r}")
-        grid = self.grid()
+        grid = self.grid(fixed)
         if n >= len(grid):
             return grid
         order = list(range(1, len(grid)))

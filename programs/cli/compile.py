@@ -66,12 +66,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out}: give a .json file")
     task = TASKS[args.dataset]
     program, options = resolve_program(task, args.program, args.preset, parse_set(args.set))
-    search = _family(task).SEARCH.get(args.program, {})
+    family = _family(task)
     kinds = DEMO_KINDS if args.bootstrap else ("raw",)
-    searched = {k: v for k, v in search.items() if k not in options}
-    if options.get("k") == 1:
-        searched.pop("order", None)  # one passage has one order: those candidates would repeat others
-    space = Space(options=searched,
+    searched = {k: v for k, v in family.SEARCH.get(args.program, {}).items() if k not in options}
+    space = Space(options=searched, moot=family.MOOT,
                   demos=DemoSpace(kinds=kinds, ks=(3, 5, 8) if task.family == "open_qa" else (2, 4)))
     lm_text = lm_spec(args)
     rm_text = _rm_choice(args)
