@@ -43,8 +43,8 @@ def add_parser(sub: Any) -> None:
                    help="validation examples held out of the pool (default: a third of it, 10 to 100)")
     p.add_argument("--bootstrap", type=nonnegative_int, default=40,
                    help="pool examples the program is run on to bootstrap augmented demos (0: raw demos only)")
-    p.add_argument("--preset", help="options every candidate starts from, e.g. small")
-    p.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="options every candidate starts from")
+    p.add_argument("--preset", help="options fixed for every candidate, e.g. small (a fixed option is not searched)")
+    p.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="options fixed for every candidate (not searched)")
     p.add_argument("--no-halving", action="store_true", help="score every candidate on the whole validation part")
     p.set_defaults(handler=cmd_compile)
 
