@@ -120,8 +120,11 @@ class Space:
         """`options` without those made moot by another value (searched, or fixed for every candidate)."""
         values = {**fixed, **options}
 
-        def moot(name: str) -> bool:  # compared with their types: True is not the 1 of k=1
-            return any(other in values and any(type(v) is type(values[other]) and v == values[other] for v in moot_values)
+        def same(a: Any, b: Any) -> bool:  # compared with their types: True is not the 1 of k=1
+            return type(a) is type(b) and a == b
+
+        def moot(name: str) -> bool:
+            return any(other in values and any(same(v, values[other]) for v in moot_values)
                        for other, moot_values in self.moot.get(name, {}).items())
 
         return {name: value for name, value in options.items() if not moot(name)}
