@@ -19,7 +19,7 @@ from .clients import (
 )
 from .clients.specs import lm_from_spec, rm_from_spec
 from .compiling import Compiled, DemoSpace, Space, compile, load_compiled
-from .evaluation import EvaluationResult, Fields, RunMismatch, evaluate, summarize_seeds
+from .evaluation import EvaluationResult, Fields, IncompleteRun, RunMismatch, compare_runs, evaluate, summarize_seeds
 from .example import Completions, Example
 from .metrics import (
     EM, F1, HotPotF1, answer_match, best_subspan_em, has_answer, nF1, normalize_text, passage_match,
@@ -50,7 +50,7 @@ __all__ = [
     # metrics
     "normalize_text", "EM", "F1", "HotPotF1", "nF1", "best_subspan_em", "has_answer", "passage_match", "answer_match",
     # evaluation
-    "evaluate", "EvaluationResult", "summarize_seeds", "Fields", "RunMismatch",
+    "evaluate", "EvaluationResult", "summarize_seeds", "Fields", "RunMismatch", "compare_runs", "IncompleteRun",
     # compiling: programs tuned by search on their training data
     "compile", "load_compiled", "Compiled", "Space", "DemoSpace",
     # clients from text specs ("llamacpp", "openai:gpt-4o-mini", "bm25:passages.jsonl.gz", ...)

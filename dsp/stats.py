@@ -4,7 +4,8 @@
 - `mean_interval`: the normal-approximation interval of a mean, kept inside the scores' range (F1-type
   metrics, where a proportion's interval does not apply);
 - `score_interval`: whichever of the two fits a list of per-example scores;
-- `mcnemar_exact` and `paired`: the exact McNemar test of two systems scored on the same examples.
+- `mcnemar_exact` and `paired`: the exact McNemar test of two systems scored on the same examples (the
+  sign test for graded scores).
 
 `dsp.evaluate` results, the long-context suites and RESULTS.md all use these.
 
@@ -85,13 +86,16 @@ def mcnemar_exact(a_only: int, b_only: int) -> float:
 
 
 def paired(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float | int]:
-    """System A against system B on the examples both were scored on ({example id: score}, a score of 1
-    meaning right): how many each got right alone, and the exact McNemar p-value.
+    """System A against system B on the examples both were scored on ({example id: score}): on how many
+    each scored higher than the other, and the exact p-value of that split. With 0/1 scores (right or
+    wrong) it is the exact McNemar test; with graded scores (F1), the exact sign test.
 
     >>> paired({"x": 1.0, "y": 0.0}, {"x": 1.0, "z": 1.0})
     {'n': 1, 'a_only': 0, 'b_only': 0, 'p': 1.0}
+    >>> paired({"x": 0.5, "y": 0.2}, {"x": 0.4, "y": 0.2})
+    {'n': 2, 'a_only': 1, 'b_only': 0, 'p': 1.0}
     """
     shared = a.keys() & b.keys()
-    a_only = sum(1 for key in shared if a[key] >= 1.0 > b[key])
-    b_only = sum(1 for key in shared if b[key] >= 1.0 > a[key])
+    a_only = sum(1 for key in shared if a[key] > b[key])
+    b_only = sum(1 for key in shared if b[key] > a[key])
     return {"n": len(shared), "a_only": a_only, "b_only": b_only, "p": mcnemar_exact(a_only, b_only)}

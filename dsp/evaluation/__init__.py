@@ -5,9 +5,11 @@ that knows what made it.
 - `Threads` / `Ray` (runners.py, ray.py): how examples run;
 - `RunLog` (log.py): the resumable JSONL with the run's identity; `RunMismatch` when it is another run's;
 - `run_example`, `failed_row` (rows.py): one example's row, built the same way by every runner;
-- `EvaluationResult`, `summarize_seeds` (result.py): scores, intervals (dsp.stats), usage.
+- `EvaluationResult`, `summarize_seeds` (result.py): scores, intervals (dsp.stats), usage;
+- `compare_runs`, `format_comparison` (compare.py): results files side by side, paired.
 """
 
+from .compare import IncompleteRun, compare_runs, format_comparison
 from .evaluate import evaluate, run_identity
 from .fields import QA_FIELDS, Fields
 from .log import RunLog, RunMismatch, describe, identity_diff, read_run
@@ -18,5 +20,5 @@ from .runners import Job, Ray, Runner, Threads
 __all__ = [
     "evaluate", "run_identity", "Fields", "QA_FIELDS", "RunLog", "RunMismatch", "describe", "identity_diff",
     "read_run", "EvaluationResult", "summarize_seeds", "example_fingerprint", "failed_row", "metric_caller",
-    "run_example", "Job", "Ray", "Runner", "Threads",
+    "run_example", "Job", "Ray", "Runner", "Threads", "compare_runs", "format_comparison", "IncompleteRun",
 ]

@@ -108,14 +108,18 @@ _MISSING = object()
 
 
 def identity_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """What changed between two identities, as "key: old -> new" texts (dotted keys, sorted).
+    """What changed between two identities, as "key: old -> new" texts (dotted keys, sorted). A key one
+    side lacks and the other holds as null is no change: an option added to a program later, at its
+    "not given" default (None), makes the same run as before it existed.
 
     >>> identity_diff({"options": {"k": 1}, "seed": 0}, {"options": {"k": 3}, "seed": 0})
     ['options.k: 1 -> 3']
+    >>> identity_diff({"options": {"k": 1}}, {"options": {"k": 1, "demos": None}})
+    []
     """
     a, b = _flatten(canonical(old)), _flatten(canonical(new))
     return [f"{key}: {_short(a.get(key, _MISSING))} -> {_short(b.get(key, _MISSING))}"
-            for key in sorted(a.keys() | b.keys()) if a.get(key, _MISSING) != b.get(key, _MISSING)]
+            for key in sorted(a.keys() | b.keys()) if a.get(key) != b.get(key)]
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:

@@ -6,6 +6,7 @@
     dsp ask "Who wrote Hamlet?" --program dsp --dataset nq
     dsp compile dsp --dataset nq --candidates 8 --out runs/compiled/nq-dsp.json
     dsp run dsp --dataset nq --n 1000 --compiled runs/compiled/nq-dsp.json
+    dsp compare runs/nq-dsp-compiled_nq-dsp-seed0.jsonl runs/nq-retrieve_then_read-seed*.jsonl --n 1000
     dsp index --passages passages.jsonl.gz --out index/ [--backend bm25|dense]
     dsp serve --index index/ --port 8893
     dsp recall --n 300 --rewrites 5
@@ -36,12 +37,12 @@ def build_parser() -> Parser:
     from programs.detectiveqa import cli as detectiveqa_cli
     from programs.litm import cli as litm_cli
 
-    from . import compile as compile_, index, run
+    from . import compare, compile as compile_, index, run
 
     parser = Parser(prog="dsp", description="Demonstrate-Search-Predict: programs over a frozen LM and RM.",
                     epilog=__doc__.split("\n\n")[1] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (demo, run, compile_, index, recall, litm_cli, detectiveqa_cli):
+    for module in (demo, run, compile_, compare, index, recall, litm_cli, detectiveqa_cli):
         module.add_parser(sub)
     return parser
 

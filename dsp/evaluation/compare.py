@@ -1,0 +1,214 @@
+"""Put results files side by side: each run's score with its interval on the examples all of them share,
+the runs that differ only by seed summarised (mean, spread, best), and every run paired with the first.
+
+The paired test is the exact McNemar test for right/wrong metrics (EM) and the exact sign test for
+graded ones (F1): both count the examples one run scored higher on than the other (`dsp.stats.paired`).
+Runs are compared only when their metric, task and dev split agree; each file's own header says so.
+
+>>> table = compare_runs(["runs/nq-dsp-compiled-seed0.jsonl", "runs/nq-retrieve_then_read-seed0.jsonl"],
+...                      n=300)                                                      # doctest: +SKIP
+>>> print(format_comparison(table))                                                 # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..stats import paired, score_interval
+from .log import RunMismatch, identity_diff, read_run
+
+__all__ = ["compare_runs", "format_comparison", "Comparison", "RunScore", "SeedGroup", "IncompleteRun"]
+
+# What makes two runs comparable: the same metric on the same examples (identity keys of `dsp run`).
+_SAME = ("metric", "task", "dev")
+# Identity keys a training seed decides: runs that differ only there are one setting over seeds.
+_SEEDED = ("seed", "program.keywords.train.items", "program.keywords.train.sha256", "lm.defaults.seed")
+
+
+class IncompleteRun(ValueError):
+    """A results file lacks some of the examples it is to be compared on."""
+
+
+@dataclass(frozen=True)
+class RunScore:
+    """One run on the compared examples: its score (percent), 95% interval, and against the first run
+    (`paired`: n, a_only = examples only the first scored higher on, b_only = only this one, p)."""
+
+    name: str
+    path: str
+    seed: Any
+    n: int
+    score: float
+    low: float
+    high: float
+    errors: int
+    paired: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SeedGroup:
+    """Runs whose identity differs only by seed: their mean, sample standard deviation and best."""
+
+    name: str
+    members: tuple[str, ...]
+    seeds: tuple[Any, ...]
+    mean: float
+    sd: float
+    best: str
+    best_score: float
+
+
+@dataclass
+class Comparison:
+    """What `compare_runs` found; `format_comparison` prints it."""
+
+    runs: list[RunScore]
+    groups: list[SeedGroup] = field(default_factory=list)
+    n: int = 0
+    binary: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+def _load(path: Path, n: int | None) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such results file")
+    identity, rows = read_run(path)
+    if identity is None:
+        raise RunMismatch(f"{path}: not a results file of dsp.evaluate / dsp run (it has no header line)")
+    by_index: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        index = row.get("index")
+        if not isinstance(index, int) or (n is not None and index >= n):
+            continue
+        # An example that failed is retried on resume: a later row that finished replaces it.
+        if index not in by_index or by_index[index].get("error") is not None:
+            by_index[index] = row
+    if n is not None:
+        missing = [i for i in range(n) if i not in by_index]
+        if missing:
+            raise IncompleteRun(f"{path}: has {n - len(missing)} of the first {n} examples (first missing: index "
+                                f"{missing[0]}): finish it with the command that made it, or compare fewer")
+    return identity, by_index
+
+
+def _key(row: Mapping[str, Any]) -> str:
+    return f"{row['index']}:{row.get('id')}"
+
+
+def compare_runs(paths: Sequence[str | os.PathLike], n: int | None = None) -> Comparison:
+    """Compare the runs in `paths` (results files of `dsp.evaluate` or `dsp run`) on the first `n`
+    examples of each (all of them must have these), or without `n` on the examples every file has.
+
+    The first file is the one every other is paired with (e.g. the compiled program against the seeds
+    of a baseline). Raises `FileNotFoundError`, `RunMismatch` (no header; another metric, task or dev
+    split) or `IncompleteRun`, each naming the file.
+    """
+    if not paths:
+        raise ValueError("compare_runs needs at least one results file")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    loaded, incomplete = [], []
+    for p in paths:
+        try:
+            loaded.append((Path(p), *_load(Path(p), n)))
+        except IncompleteRun as error:  # name every file that lacks examples, not just the first
+            incomplete.append(str(error))
+    if incomplete:
+        raise IncompleteRun("; ".join(incomplete))
+    first_path, first_identity, _ = loaded[0]
+    for path, identity, _ in loaded[1:]:
+        changed = identity_diff({k: first_identity.get(k) for k in _SAME}, {k: identity.get(k) for k in _SAME})
+        if changed:
+            raise RunMismatch(f"{path} and {first_path} were not scored alike ({'; '.join(changed)}): "
+                              "compare runs of one metric on one dev set")
+    names = [path.name.removesuffix(".jsonl") for path, _, _ in loaded]
+    if len(set(names)) < len(names):
+        names = [str(path) for path, _, _ in loaded]
+    scores = [{_key(row): float(row.get("score") or 0.0) for row in rows.values()} for _, _, rows in loaded]
+    shared = set.intersection(*(set(s) for s in scores))
+    if not shared:
+        raise IncompleteRun(f"{', '.join(str(p) for p in paths)}: these runs share no example")
+    notes = [f"{name}: {len(s)} examples, compared on the {len(shared)} every run has"
+             for name, s in zip(names, scores) if len(s) > len(shared)]
+    binary = all(v in (0.0, 1.0) for s in scores for key, v in s.items() if key in shared)
+    first = {key: scores[0][key] for key in shared}
+    runs: list[RunScore] = []
+    for i, ((path, identity, rows), name, s) in enumerate(zip(loaded, names, scores)):
+        values = [s[key] for key in sorted(shared)]
+        low, high = score_interval(values)
+        errors = sum(1 for row in rows.values() if _key(row) in shared and row.get("error") is not None)
+        runs.append(RunScore(name, str(path), identity.get("seed"), len(values), 100 * sum(values) / len(values),
+                             100 * low, 100 * high, errors,
+                             paired(first, {key: s[key] for key in shared}) if i else None))
+    return Comparison(runs, _seed_groups(loaded, runs), len(shared), binary, notes)
+
+
+def _seed_groups(loaded: list, runs: list[RunScore]) -> list[SeedGroup]:
+    """Runs with one identity but for the seed, in the order they were given (groups of two or more)."""
+    groups: dict[str, list[int]] = {}
+    for i, (_, identity, _) in enumerate(loaded):
+        # What a seed decides (the seed, the training draw and the LM's sampling seed) and unset keys aside.
+        rest = [(k, v) for k, v in _flat(identity) if k not in _SEEDED and v != "None"]
+        groups.setdefault(repr(rest), []).append(i)
+    out = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        chosen = [runs[i] for i in members]
+        best = max(chosen, key=lambda r: r.score)
+        values = [r.score for r in chosen]
+        out.append(SeedGroup(_common_name([r.name for r in chosen]), tuple(r.name for r in chosen),
+                             tuple(r.seed for r in chosen), statistics.mean(values), statistics.stdev(values),
+                             best.name, best.score))
+    return out
+
+
+def _flat(value: Any, prefix: str = "") -> list[tuple[str, str]]:
+    if isinstance(value, Mapping):
+        return [item for k in sorted(value) for item in _flat(value[k], f"{prefix}.{k}" if prefix else str(k))]
+    return [(prefix, repr(value))]
+
+
+def _common_name(names: list[str]) -> str:
+    stem = os.path.commonprefix(names).rstrip("-_")
+    return (stem.removesuffix("-seed") or names[0]) + f" ({len(names)} seeds)"
+
+
+def format_comparison(table: Comparison, markdown: bool = False) -> str:
+    """The comparison as a plain-text (or markdown) table, then the seed groups.
+
+    >>> a = RunScore("compiled", "compiled.jsonl", 0, 300, 31.3, 26.3, 36.8, 0)
+    >>> b = RunScore("rtr", "rtr.jsonl", 0, 300, 29.7, 24.8, 35.1, 0, {"a_only": 20, "b_only": 15, "p": 0.4996})
+    >>> print(format_comparison(Comparison([a, b], n=300)))
+    run         n  score  95% CI     first / this    p
+    compiled  300   31.3  26.3–36.8
+    rtr       300   29.7  24.8–35.1  20 / 15       0.5
+    first / this: examples only the first run (compiled) / only this run scored higher on
+    p: exact McNemar test on the 300 examples
+    """
+    test = "McNemar test" if table.binary else "sign test"
+    first = table.runs[0].name
+    header = ["run", "n", "score", "95% CI", "first / this", "p"]
+    body = []
+    for run in table.runs:
+        pair = run.paired
+        body.append([run.name, str(run.n), f"{run.score:.1f}", f"{run.low:.1f}–{run.high:.1f}"]
+                    + ([f"{pair['a_only']} / {pair['b_only']}", f"{pair['p']:.2g}"] if pair else ["", ""]))
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in body]
+    else:
+        widths = [max(len(row[c]) for row in [header, *body]) for c in range(len(header))]
+        lines = ["  ".join(cell.ljust(widths[c]) if c in (0, 3, 4) else cell.rjust(widths[c])
+                           for c, cell in enumerate(row)).rstrip() for row in [header, *body]]
+    lines += [f"{g.name}: mean {g.mean:.1f}, sd {g.sd:.1f}, best {g.best_score:.1f} ({g.best})" for g in table.groups]
+    lines += [f"{run.name}: {run.errors} of its examples failed (scored 0)" for run in table.runs if run.errors]
+    lines += table.notes
+    if len(table.runs) > 1:
+        lines += [f"first / this: examples only the first run ({first}) / only this run scored higher on",
+                  f"p: exact {test} on the {table.n} examples"]
+    return "\n".join(lines)
