@@ -40,6 +40,11 @@ def test_compile_finds_the_demonstration_that_makes_the_answers_right(tmp_path):
     best = compiled.table[0]
     assert best["score"] == 100.0 and best["key"] == compiled.candidate["key"]
     assert min(row["score"] for row in compiled.table) == 0.0  # the others never unlock it
+    # Paired with the program as written on the validation examples both ran: right on all 10, alone.
+    baseline = next(row for row in compiled.table if row["key"] == "baseline")
+    assert "vs_baseline" not in baseline and baseline["score"] == 0.0
+    assert best["vs_baseline"] == {"n": 10, "a_only": 10, "b_only": 0, "p": dsp.stats.mcnemar_exact(10, 0)}
+    assert "+10 -0 p=0.002" in dsp.compiling.report(compiled.table)
     with dsp.settings.context(lm=lm):
         assert compiled("what is q77?").answer == "a77"  # a question it never saw
 
