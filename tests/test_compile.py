@@ -231,7 +231,22 @@ def test_dsp_compile_and_run_compiled_never_show_the_dev_set_to_the_lm(data_dir,
     assert main(["run", "retrieve_then_read", "--dataset", "nq", "--n", "3", "--compiled", str(out),
                  "--out", str(tmp_path / "runs")]) == 0
     identity, rows = dsp.evaluation.read_run(tmp_path / "runs" / "nq-retrieve_then_read-compiled_nq-rtr-seed0.jsonl")
-    assert len(rows) == 3 and identity["compiled"] and identity["options"] == compiled.options
+    assert len(rows) == 3 and identity["compiled"] == compiled.digest() and identity["options"] == compiled.options
+    # The same compile rerun (cached: only its timing differs) and saved again: the run still resumes...
+    again = dsp.load_compiled(out)
+    again.meta["seconds"] = 123.4
+    again.save(out)
+    before = len(prompts)
+    assert main(["run", "retrieve_then_read", "--dataset", "nq", "--n", "4", "--compiled", str(out),
+                 "--out", str(tmp_path / "runs")]) == 0
+    assert len(prompts) == before + 1 and "resumed 3 rows" in capsys.readouterr().out
+    # ...but other demonstrations are another program, refused in one line.
+    changed = dsp.load_compiled(out)
+    changed.options = {**changed.options, "k": 3}
+    changed.save(out)
+    assert main(["run", "retrieve_then_read", "--dataset", "nq", "--n", "4", "--compiled", str(out),
+                 "--out", str(tmp_path / "runs")]) == 2
+    assert "compiled:" in capsys.readouterr().err
     assert main(["run", "dsp", "--dataset", "nq", "--n", "3", "--compiled", str(out)]) == 2
     assert "holds programs.open_qa.retrieve_then_read, not programs.open_qa.dsp_program" in capsys.readouterr().err
 

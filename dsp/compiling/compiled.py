@@ -14,6 +14,7 @@ options, the search table, the program's importable name, the LM/RM specs, the s
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import json
 import os
@@ -126,6 +127,20 @@ class Compiled:
             if self.knn_pool else None,
             "train": jsonable(self.train), "table": jsonable(self.table), "meta": jsonable(self.meta),
         }
+
+    def digest(self) -> str:
+        """A short hash of what decides the program's answers (program, options, demos, knn pool, training
+        set), not of the search table or the compile's timing: a results file of the compiled program
+        keeps resuming after the same compile is rerun and saved again.
+
+        >>> a = Compiled(json.dumps, {"k": 1}, [], table=[{"key": "x"}], meta={"seconds": 1.0})
+        >>> b = Compiled(json.dumps, {"k": 1}, [], meta={"seconds": 2.5})
+        >>> a.digest() == b.digest(), a.digest() == Compiled(json.dumps, {"k": 2}, []).digest()
+        (True, False)
+        """
+        decisive = {key: value for key, value in self.to_dict().items() if key not in ("table", "meta", "candidate")}
+        text = json.dumps(decisive, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()[:16]
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the compiled program as JSON (atomically: a crash never leaves half a file)."""

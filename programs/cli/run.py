@@ -180,7 +180,8 @@ def _bound(task: Task, program: Callable, train: list, options: dict[str, Any], 
 # -- the commands ---------------------------------------------------------------------------------------
 
 def _compiled(task: Task, args: argparse.Namespace, program: Callable) -> tuple[Any, str]:
-    """The compiled program of --compiled (checked against the program asked for) and its file digest."""
+    """The compiled program of --compiled (checked against the program asked for) and its digest (of what
+    decides its answers: a compile rerun and saved again with a new table is the same program)."""
     if args.preset or args.set:
         raise UsageError("--compiled fixes the program's options: drop --preset and --set")
     try:
@@ -191,8 +192,7 @@ def _compiled(task: Task, args: argparse.Namespace, program: Callable) -> tuple[
     if dsp.compiling.program_name(compiled.program) != made_for:
         raise UsageError(f"--compiled {args.compiled} holds {dsp.compiling.program_name(compiled.program)}, not "
                          f"{made_for} ({args.program} on {task.name})")
-    digest = hashlib.sha256(Path(args.compiled).read_bytes()).hexdigest()[:16]
-    return compiled, digest
+    return compiled, compiled.digest()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
