@@ -47,6 +47,16 @@ def test_compile_finds_the_demonstration_that_makes_the_answers_right(tmp_path):
     assert "+10 -0 p=0.002" in dsp.compiling.report(compiled.table)
     with dsp.settings.context(lm=lm):
         assert compiled("what is q77?").answer == "a77"  # a question it never saw
+    # Compiled again into the same folder: every row is reused, no LM call, and the cost the rows took
+    # when they ran is still reported (this call's own is nothing).
+    with dsp.settings.context(lm=lm):
+        again = dsp.compile(reader, train, dsp.EM, space=space, candidates=31, val=10, out=tmp_path / "c",
+                            progress=False)
+    rows = compiled.meta["rows_usage"]
+    assert rows["requests"] + rows["cached_requests"] >= 31 * 10 and again.meta["rows_usage"] == rows
+    assert again.meta["lm_usage"]["requests"] == again.meta["lm_usage"]["cached_requests"] == 0
+    scored = lambda table: [{k: v for k, v in row.items() if k != "seconds"} for row in table]  # noqa: E731
+    assert scored(again.table) == scored(compiled.table) and again.digest() == compiled.digest()
 
 
 def test_augmented_demonstrations_carry_the_trace_that_passed(tmp_path):

@@ -155,12 +155,14 @@ def compile(
 
     # One bootstrap run gives both labellings: traces that passed, and traces whose context held the answer.
     bootstrapped: dict[str, list[Example]] = {"augmented": [], "gold": []}
+    made: dict[str, list[dict[str, Any]]] = {}  # the rows behind the table: their cost, whichever call ran them
     if any(c.demos.get("kind") in bootstrapped for c in chosen):
         attempted, rows = bootstrap_runs(_with_train(program, pool), pool, metric, fields=fields, options=base_options,
                                          limit=bootstrap_limit, runner=runner, seed=seed,
                                          out=folder / "bootstrap.jsonl" if folder else None, wrap=wrap)
         bootstrapped = {"augmented": demos_of_rows(attempted, rows, fields=fields, require_context=require_context),
                         "gold": demos_of_rows(attempted, rows, fields=fields, label="gold")}
+        made["bootstrap"] = rows
     augmented = bootstrapped["augmented"]
 
     def candidate_program(candidate: Candidate) -> Compiled:
@@ -203,6 +205,7 @@ def compile(
                 t0 = time.perf_counter()
                 result = run(candidate, size)
                 per_example[candidate.key] = {str(r["index"]): float(r.get("score") or 0.0) for r in result.rows}
+                made[candidate.key] = result.rows
                 low, high = result.confidence_interval()
                 table[candidate.key] = {**candidate.as_dict(), "n": len(result.rows), "score": result.score,
                                         "low": low, "high": high, "rung": rung, "errors": len(result.errors),
@@ -232,7 +235,7 @@ def compile(
             "pool": len(pool), "val": len(heldout), "augmented": len(augmented),
             "gold": len(bootstrapped["gold"]), "candidates": len(chosen),
             "rungs": rungs, "trainset": describe(list(trainset)), "seconds": round(time.perf_counter() - started, 1),
-            "lm_usage": usage}
+            "lm_usage": usage, "rows_usage": _rows_cost(made)}
     # The candidate as it was scored (its options on top of the fixed ones), with the search attached.
     return replace(final, table=sorted(table.values(), key=lambda r: (-r["rung"], -r["score"])), meta=meta)
 
@@ -244,6 +247,23 @@ def _rung_runs(n: int, rungs: list[int]) -> int:
         alive = 1 if rung == len(rungs) - 1 else max(2, math.ceil(alive / 3))
         alive = min(alive, n)
     return total
+
+
+def _rows_cost(made: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, float]:
+    """What the rows behind the search cost when they ran (a resumed compile reuses them for free): LM
+    requests, tokens and seconds summed over the bootstrap's and every candidate's rows.
+
+    >>> _rows_cost({"a": [{"usage": {"requests": 2, "prompt_tokens": 90}, "seconds": 1.5}], "b": [{"seconds": 0.5}]})
+    {'requests': 2, 'cached_requests': 0, 'prompt_tokens': 90, 'completion_tokens': 0, 'seconds': 2.0}
+    """
+    total = {"requests": 0, "cached_requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    seconds = 0.0
+    for rows in made.values():
+        for row in rows:
+            for key in total:
+                total[key] += int((row.get("usage") or {}).get(key) or 0)
+            seconds += float(row.get("seconds") or 0.0)
+    return {**total, "seconds": round(seconds, 1)}
 
 
 def _usage() -> dict[str, float]:

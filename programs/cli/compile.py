@@ -88,9 +88,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
                          rm_spec=rm_text or (rm.spec if isinstance(rm, dsp.RM) else None), rm_name=repr(rm))
     compiled.save(out)
     print(report(compiled.table))
-    usage = compiled.meta.get("lm_usage") or {}
+    usage, rows = compiled.meta.get("lm_usage") or {}, compiled.meta.get("rows_usage") or {}
     print(f"chose {compiled.candidate['key']} (options {compiled.options}); {len(compiled.table)} candidates, "
           f"{time.perf_counter() - started:.0f} s, {int(usage.get('requests', 0))} LM requests, "
           f"{int(usage.get('prompt_tokens', 0))} prompt and {int(usage.get('completion_tokens', 0))} completion tokens")
+    print(f"the search's rows, when they ran (a resumed compile reuses them): {rows.get('seconds', 0):.0f} s, "
+          f"{int(rows.get('requests', 0))} LM requests (+{int(rows.get('cached_requests', 0))} from the cache), "
+          f"{int(rows.get('prompt_tokens', 0))} prompt and {int(rows.get('completion_tokens', 0))} completion tokens")
     print(f"compiled program: {out}  (dsp run {args.program} --dataset {task.name} --compiled {out})")
     return 0
