@@ -132,8 +132,8 @@ def compile(
     """Search `space` for the best `candidates` of `program` on `trainset` and return the compiled program.
 
     `program(input, train=..., demos=..., **options)` is a DSP program that takes chosen demonstrations
-    (the bundled programs do); `options` are where every candidate starts (e.g. a preset); its searched
-    options override them.
+    (the bundled programs do); `options` are where every candidate starts (e.g. a preset); a candidate's
+    searched options override them.
     `rms` names the retrievers a candidate may choose (`space.rms`). `out` is a directory: the bootstrap
     and each candidate's rows go there, so a killed compile resumes without repeating what finished.
     `wrap(program, examples)` adapts a candidate to what `dsp.evaluate` calls (conversations turn by turn).
