@@ -226,8 +226,9 @@ def test_dsp_compile_and_run_compiled_never_show_the_dev_set_to_the_lm(data_dir,
     code = main(["compile", "retrieve_then_read", "--dataset", "nq", "--candidates", "4", "--val", "12",
                  "--bootstrap", "4", "--out", str(out)])
     assert code == 0
-    shown = capsys.readouterr().out
-    assert "chose " in shown and "candidate" in shown
+    shown = capsys.readouterr()
+    assert "chose " in shown.out and "candidate" in shown.out and "the search's rows, when they ran" in shown.out
+    assert "bootstrap (EM)" in shown.err and "compile" in shown.err  # both stages show their progress
     compile_prompts = list(prompts)
     assert compile_prompts
     _, dev = TASKS["nq"].load()

@@ -108,10 +108,10 @@ def bootstrap_runs(program: Callable[..., Any], pool: Sequence[Example], metric:
                    fields: Fields = QA_FIELDS, n_raw: int = 3, options: Mapping[str, Any] | None = None,
                    limit: int | None = None, runner: Runner | int = 1, out: str | os.PathLike | None = None,
                    seed: int = 0, wrap: Callable[[Callable[..., Any], list[Example]], Callable[..., Any]] | None = None,
-                   ) -> tuple[list[Example], list[dict[str, Any]]]:
+                   progress: bool = False) -> tuple[list[Example], list[dict[str, Any]]]:
     """(examples attempted, their rows): the program run on the first `limit` pool examples (all by
     default), each with `n_raw` raw demos from the rest of the pool. `wrap(program, examples)` adapts it
-    to what `dsp.evaluate` calls (e.g. turn-by-turn conversations)."""
+    to what `dsp.evaluate` calls (e.g. turn-by-turn conversations); `progress` shows a "bootstrap" bar."""
     examples = [e if isinstance(e, Example) else Example(e) for e in pool]
     attempted = examples[:limit] if limit is not None else examples
     runnable: Callable[..., Any] = Bootstrapping(program, examples, n_raw, dict(options or {}), seed)
@@ -120,7 +120,7 @@ def bootstrap_runs(program: Callable[..., Any], pool: Sequence[Example], metric:
     result = evaluate(runnable, attempted, metric, fields=fields, runner=runner, out=out,
                       run={"stage": "bootstrap", "n_raw": n_raw, "options": describe(dict(options or {})), "seed": seed,
                            "pool": describe(examples)},
-                      progress=False, display=False)
+                      progress="bootstrap" if progress else False, display=False)
     return attempted, result.rows
 
 

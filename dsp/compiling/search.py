@@ -159,7 +159,8 @@ def compile(
     if any(c.demos.get("kind") in bootstrapped for c in chosen):
         attempted, rows = bootstrap_runs(_with_train(program, pool), pool, metric, fields=fields, options=base_options,
                                          limit=bootstrap_limit, runner=runner, seed=seed,
-                                         out=folder / "bootstrap.jsonl" if folder else None, wrap=wrap)
+                                         out=folder / "bootstrap.jsonl" if folder else None, wrap=wrap,
+                                         progress=progress)
         bootstrapped = {"augmented": demos_of_rows(attempted, rows, fields=fields, require_context=require_context),
                         "gold": demos_of_rows(attempted, rows, fields=fields, label="gold")}
         made["bootstrap"] = rows

@@ -63,7 +63,7 @@ def evaluate(
     out: str | os.PathLike | RunLog | None = None,
     run: Mapping[str, Any] | None = None,
     seed: int | None = None,
-    progress: bool = True,
+    progress: bool | str = True,
     display: bool = True,
 ) -> EvaluationResult:
     """Run `program` on every dev example and score it with ``metric(prediction, example[fields.gold])``
@@ -77,7 +77,8 @@ def evaluate(
     - `out`: the results file (a path, or a `RunLog`); `run`: identity entries the caller adds to it.
     - `seed`: recorded in the rows and used as `settings.branch_idx`, so `dsp.sample` draws this seed's
       demonstrations.
-    - `progress`: a progress bar; `display`: print the summary line (and how many rows were resumed).
+    - `progress`: a progress bar (a text names it, e.g. "bootstrap"); `display`: print the summary line
+      (and how many rows were resumed).
     """
     if not callable(program):
         raise TypeError(f"evaluate needs a callable program, got {type(program).__name__}")
@@ -110,7 +111,8 @@ def evaluate(
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(examples), initial=len(done), desc=f"evaluate ({metric_name})", unit="ex")
+        name = progress if isinstance(progress, str) else "evaluate"
+        bar = tqdm(total=len(examples), initial=len(done), desc=f"{name} ({metric_name})", unit="ex")
 
     def on_row(row: dict[str, Any]) -> None:
         """Count a finished example's usage, write its row, show it (called in this thread)."""
