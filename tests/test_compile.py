@@ -114,6 +114,20 @@ def test_compile_tries_gold_labelled_demonstrations(tmp_path):
     assert gold_candidate["n"] == 10
 
 
+def test_a_kind_the_bootstrap_found_nothing_of_is_not_searched(tmp_path):
+    """A model that answers every pool question wrong, with no context: no augmented or gold trace exists, so
+    the candidates are raw ones (not raw demos under another kind's name, taking their slots)."""
+    train = [dsp.Example(question=f"what is q{i}?", answer=[f"a{i}"]) for i in range(30)]
+    space = Space(demos=DemoSpace(kinds=("raw", "augmented", "gold"), ks=(1, 2), selects=("random",), seeds=2))
+    with dsp.settings.context(lm=ScriptedLM(wrong_respond)):
+        compiled = dsp.compile(reader, train, dsp.EM, space=space, candidates=5, val=10, out=tmp_path / "c",
+                               progress=False)
+    assert compiled.meta["augmented"] == compiled.meta["gold"] == 0 and compiled.meta["demo_kinds"] == ["raw"]
+    keys = [row["key"] for row in compiled.table]
+    assert len(keys) == 5 and all(k == "baseline" or k.startswith("raw") for k in keys), keys
+    assert compiled.meta["rows_usage"]["requests"] > 0  # the bootstrap ran, and found nothing
+
+
 def test_a_bigger_bootstrap_reruns_only_the_candidates_that_draw_on_it(tmp_path):
     """Raw candidates and the baseline do not depend on the bootstrapped demos: a compile resumed with
     more of the pool bootstrapped keeps their rows; augmented candidates (new demos) are scored again."""

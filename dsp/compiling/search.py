@@ -164,6 +164,13 @@ def compile(
         bootstrapped = {"augmented": demos_of_rows(attempted, rows, fields=fields, require_context=require_context),
                         "gold": demos_of_rows(attempted, rows, fields=fields, label="gold")}
         made["bootstrap"] = rows
+        # A kind the bootstrap found no trace of would only repeat raw candidates under its name: drop it
+        # and choose again from the kinds that have demos.
+        empty = [kind for kind, found in bootstrapped.items() if not found and kind in space.demos.kinds]
+        kept = tuple(kind for kind in space.demos.kinds if kind not in empty)
+        if empty and kept:
+            space = replace(space, demos=replace(space.demos, kinds=kept))
+            chosen = space.candidates(candidates, seed, fixed=base_options)
     augmented = bootstrapped["augmented"]
 
     def candidate_program(candidate: Candidate) -> Compiled:
@@ -234,7 +241,7 @@ def compile(
     meta = {"lm": _client_spec(settings.lm), "lm_name": settings.lm.name if isinstance(settings.lm, LM) else None,
             "rm": _client_spec(_rm(rms, best.rm)) if best.rm else _client_spec(settings.rm), "seed": seed,
             "pool": len(pool), "val": len(heldout), "augmented": len(augmented),
-            "gold": len(bootstrapped["gold"]), "candidates": len(chosen),
+            "gold": len(bootstrapped["gold"]), "candidates": len(chosen), "demo_kinds": list(space.demos.kinds),
             "rungs": rungs, "trainset": describe(list(trainset)), "seconds": round(time.perf_counter() - started, 1),
             "lm_usage": usage, "rows_usage": _rows_cost(made)}
     # The candidate as it was scored (its options on top of the fixed ones), with the search attached.
