@@ -364,3 +364,80 @@ def test_every_family_compiles_and_runs_compiled(data_dir, tmp_path, monkeypatch
     assert main(["run", program, "--dataset", dataset, "--n", "2", "--compiled", str(out),
                  "--out", str(tmp_path / "runs")]) == 0
     assert "2 examples" in capsys.readouterr().out
+
+
+def _passages(path: Path, answers: bool) -> Path:
+    """A passages file: each q{i} has a passage, holding its answer only in the "good" corpus."""
+    import json
+
+    with path.open("w") as handle:
+        for i in range(100):
+            text = f"the answer to q{i} is a{i}" if answers else f"nobody knows what q{i} is"
+            handle.write(json.dumps({"id": str(i), "title": f"Q{i}", "text": text}) + "\n")
+    return path
+
+
+def read_respond(prompt: str, request: dict) -> list[str]:
+    """A reader that answers only from a context holding the asked question's answer."""
+    import re
+
+    number = re.findall(r"what is q(\d+)\?", prompt)[-1]
+    return [f" a{number}" if f"the answer to q{number} is a{number}" in prompt else " unknown"]
+
+
+def test_compile_chooses_the_retriever_that_finds_the_answers(tmp_path):
+    """Retrievers are a dimension of the search: the compiled program keeps the one chosen (saved by its spec)."""
+    from programs.open_qa import retrieve_then_read
+
+    good = dsp.rm_from_spec(f"bm25:{_passages(tmp_path / 'good.jsonl', True)}")
+    bad = dsp.rm_from_spec(f"bm25:{_passages(tmp_path / 'bad.jsonl', False)}")
+    train = [dsp.Example(question=f"what is q{i}?", answer=[f"a{i}"]) for i in range(40)]
+    space = Space(demos=DemoSpace(kinds=("raw",), ks=(2,), selects=("random",), seeds=1), rms=["good"])
+    with dsp.settings.context(lm=ScriptedLM(read_respond), rm=bad):
+        compiled = dsp.compile(retrieve_then_read, train, dsp.EM, space=space, candidates=3, val=10,
+                               rms={"good": good}, progress=False)
+        assert sorted(row["key"] for row in compiled.table) == ["baseline", "raw2-random0", "raw2-random0-rm_good"]
+        assert compiled.candidate["rm"] == "good" and compiled.rm_spec == good.spec
+        assert {row["key"]: row["score"] for row in compiled.table}["raw2-random0"] == 0.0
+        loaded = dsp.load_compiled(compiled.save(tmp_path / "c.json"))
+        assert loaded.rm_spec == good.spec and loaded.digest() == compiled.digest()
+        assert loaded("what is q77?").answer == "a77"  # the current RM (bad) is not the one it uses
+        assert dsp.retrieve("what is q77?", k=1)[0].endswith("nobody knows what q77 is")
+    unsaved = dsp.Compiled(retrieve_then_read, {}, [], rm=dsp.BM25(["A | text"]))
+    with pytest.raises(ValueError, match="has no spec to save it by"):
+        unsaved.save(tmp_path / "x.json")
+
+
+def test_dsp_compile_searches_other_retrievers_and_run_uses_the_chosen_one(data_dir, tmp_path, monkeypatch, capsys):
+    from programs.cli import main
+
+    def scripted(spec=None):
+        lm = ScriptedLM(lambda prompt, request: [" Paris"] * int(request.get("n") or 1), model="scripted-rms")
+        lm.spec = "scripted"
+        return lm
+
+    monkeypatch.setattr(dsp, "lm_from_spec", scripted)
+    other = _passages(tmp_path / "good.jsonl", True)
+    out = tmp_path / "nq-rtr.json"
+    assert main(["compile", "retrieve_then_read", "--dataset", "nq", "--candidates", "5", "--val", "10",
+                 "--bootstrap", "0", "--rms", f"bm25:{other}", "--out", str(out), "--no-halving"]) == 0
+    compiled = dsp.load_compiled(out)
+    assert any(row["key"].endswith("-rm_bm25") for row in compiled.table)
+    assert any(not row["key"].endswith("-rm_bm25") for row in compiled.table[1:])
+    # A compiled program that chose another retriever runs with it (and says so in its results file).
+    compiled.rm_spec = f"bm25:{other}"
+    compiled.save(out)
+    runs = tmp_path / "runs"
+    assert main(["run", "retrieve_then_read", "--dataset", "nq", "--n", "2", "--compiled", str(out),
+                 "--out", str(runs)]) == 0
+    identity, rows = dsp.evaluation.read_run(next(runs.glob("nq-retrieve_then_read-compiled_*.jsonl")))
+    assert identity["rm"] == dsp.evaluation.describe(dsp.rm_from_spec(f"bm25:{other}"))
+    assert all(passage.startswith("Q") for row in rows for passage in row["context"])
+    capsys.readouterr()
+    for argv, message in [(["run", "retrieve_then_read", "--dataset", "nq", "--n", "2", "--compiled", str(out),
+                            "--rm", f"bm25:{other}"], "chose its retriever"),
+                          (["compile", "retrieve_then_read", "--dataset", "nq", "--out", str(tmp_path / "y.json"),
+                            "--rms", "nosuch:x"], "--rms: ")]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (argv, err)

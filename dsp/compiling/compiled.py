@@ -18,6 +18,7 @@ import hashlib
 import importlib
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -95,10 +96,23 @@ class Compiled:
     candidate: dict[str, Any] = field(default_factory=dict)
     table: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    rm_spec: str | None = None                    # the retriever the search chose, when not the current one
+    rm: Any = None                                # ...built from rm_spec on first use (or given)
 
     def __post_init__(self) -> None:
         self._nearest = _Nearest(self.knn_pool, self.knn_k, self.vectorizer) if self.knn_pool else None
+        self._rm_lock = threading.Lock()
         functools.update_wrapper(self, self.program, updated=())
+
+    def retriever(self) -> Any:
+        """The RM the search chose (built once from `rm_spec`), or None: the current `dsp.settings.rm`."""
+        if self.rm is None and self.rm_spec:
+            with self._rm_lock:
+                if self.rm is None:
+                    from ..clients.specs import rm_from_spec
+
+                    self.rm = rm_from_spec(self.rm_spec)
+        return self.rm
 
     def demos_for(self, value: Any) -> list[Example] | None:
         """The demonstrations the program gets for this input."""
@@ -111,7 +125,13 @@ class Compiled:
         demos = self.demos_for(args[0]) if args else None
         if demos is not None:
             bound["demos"] = demos
-        return self.program(*args, **{**bound, **kwargs})
+        rm = self.retriever()
+        if rm is None:
+            return self.program(*args, **{**bound, **kwargs})
+        from ..settings import settings
+
+        with settings.context(rm=rm):
+            return self.program(*args, **{**bound, **kwargs})
 
     def __repr__(self) -> str:
         chosen = self.candidate.get("key", "?")
@@ -125,7 +145,8 @@ class Compiled:
             "candidate": jsonable(self.candidate), "demos": jsonable(self.demos),
             "knn": {"pool": jsonable(self.knn_pool), "k": self.knn_k, "vectorizer": self.vectorizer}
             if self.knn_pool else None,
-            "train": jsonable(self.train), "table": jsonable(self.table), "meta": jsonable(self.meta),
+            "train": jsonable(self.train), "rm": self.rm_spec, "table": jsonable(self.table),
+            "meta": jsonable(self.meta),
         }
 
     def digest(self) -> str:
@@ -139,11 +160,16 @@ class Compiled:
         (True, False)
         """
         decisive = {key: value for key, value in self.to_dict().items() if key not in ("table", "meta", "candidate")}
+        if decisive["rm"] is None:
+            del decisive["rm"]  # a program compiled for the current RM hashes as before RMs were searched
         text = json.dumps(decisive, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()[:16]
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the compiled program as JSON (atomically: a crash never leaves half a file)."""
+        if self.rm is not None and not self.rm_spec:
+            raise ValueError(f"the search chose the retriever {self.rm!r}, which has no spec to save it by; "
+                             "give dsp.compile retrievers built from specs (dsp.rm_from_spec)")
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + ".partial")
@@ -160,7 +186,7 @@ class Compiled:
         return cls(import_program(data["program"]), dict(data.get("options") or {}), examples(data.get("train")) or [],
                    examples(data.get("demos")), examples(knn.get("pool")), int(knn.get("k") or 0),
                    str(knn.get("vectorizer") or "hashing"), dict(data.get("candidate") or {}),
-                   list(data.get("table") or []), dict(data.get("meta") or {}))
+                   list(data.get("table") or []), dict(data.get("meta") or {}), data.get("rm"))
 
 
 def load_compiled(path: str | os.PathLike) -> Compiled:

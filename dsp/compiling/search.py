@@ -134,7 +134,8 @@ def compile(
     `program(input, train=..., demos=..., **options)` is a DSP program that takes chosen demonstrations
     (the bundled programs do); `options` are where every candidate starts (e.g. a preset); a candidate's
     searched options override them.
-    `rms` names the retrievers a candidate may choose (`space.rms`). `out` is a directory: the bootstrap
+    `rms` names the retrievers a candidate may choose besides the current one (`space.rms`; the compiled
+    program keeps the one chosen, saved by its spec). `out` is a directory: the bootstrap
     and each candidate's rows go there, so a killed compile resumes without repeating what finished.
     `wrap(program, examples)` adapts a candidate to what `dsp.evaluate` calls (conversations turn by turn).
     """
@@ -244,8 +245,10 @@ def compile(
             "gold": len(bootstrapped["gold"]), "candidates": len(chosen), "demo_kinds": list(space.demos.kinds),
             "rungs": rungs, "trainset": describe(list(trainset)), "seconds": round(time.perf_counter() - started, 1),
             "lm_usage": usage, "rows_usage": _rows_cost(made)}
-    # The candidate as it was scored (its options on top of the fixed ones), with the search attached.
-    return replace(final, table=sorted(table.values(), key=lambda r: (-r["rung"], -r["score"])), meta=meta)
+    # The candidate as it was scored (its options on top of the fixed ones, its retriever), with the search.
+    chosen_rm = _rm(rms, best.rm) if best.rm else None
+    return replace(final, table=sorted(table.values(), key=lambda r: (-r["rung"], -r["score"])), meta=meta,
+                   rm=chosen_rm, rm_spec=_client_spec(chosen_rm) if chosen_rm is not None else None)
 
 
 def _rung_runs(n: int, rungs: list[int]) -> int:

@@ -99,7 +99,7 @@ class Candidate:
 @dataclass(frozen=True)
 class Space:
     """The whole search space: option values (`options`: name -> values to try), demonstrations, and
-    retrievers (`rms`: names of the RMs given to `dsp.compile`)."""
+    retrievers (`rms`: names of RMs given to `dsp.compile`, tried beside the current one)."""
 
     options: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     demos: DemoSpace = field(default_factory=DemoSpace)
@@ -145,8 +145,8 @@ class Space:
         names = sorted(self.options)
         option_sets = [self._relevant(dict(zip(names, values)), fixed)
                        for values in itertools.product(*(self.options[n] for n in names))]
-        rms: Sequence[str | None] = list(self.rms) or [None]
-        out = [Candidate({"kind": "none"}, {}, rms[0])]
+        rms: Sequence[str | None] = [None, *self.rms]  # None: the current RM, as the program was written for
+        out = [Candidate({"kind": "none"}, {}, None)]
         seen: set[str] = set()
         for demos, options, rm in itertools.product(self.demos.choices(), option_sets, rms):
             candidate = Candidate(demos, options, rm)

@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import dsp
+from dsp.clients.specs import parse_spec
 from dsp.compiling import DEMO_KINDS, DemoSpace, Space, report
 from programs.tasks import TASKS, Task
 
 from .options import (
     UsageError, add_lm, add_out, add_rm, add_seed, add_threads, lm_spec, nonnegative_int, parse_set, positive_int,
+    rm_spec,
 )
 from .run import _family, _rm_choice, build_rm, resolve_program
 
@@ -45,6 +47,9 @@ def add_parser(sub: Any) -> None:
                    help="pool examples the program is run on to bootstrap augmented demos (0: raw demos only)")
     p.add_argument("--preset", help="options fixed for every candidate, e.g. small (a fixed option is not searched)")
     p.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="options fixed for every candidate (not searched)")
+    p.add_argument("--rms", nargs="+", metavar="SPEC", default=[],
+                   help="other retrievers a candidate may use instead of the default (--rm, else the task's corpus), "
+                        "e.g. hybrid:$DSP_DATA_DIR/wiki2018/passages.jsonl.gz; the compiled program keeps the one chosen")
     p.add_argument("--no-halving", action="store_true", help="score every candidate on the whole validation part")
     p.set_defaults(handler=cmd_compile)
 
@@ -58,6 +63,17 @@ def wrap_for(task: Task) -> Callable[[Callable[..., Any], list], Callable[..., A
     return lambda program, turns: Conversations(turns, program)
 
 
+def _named_rms(specs: list[str]) -> dict[str, str]:
+    """--rms specs by a short name for candidate keys: the spec's kind ("hybrid"), numbered if repeated."""
+    named: dict[str, str] = {}
+    for spec in specs:
+        checked = rm_spec(spec, "--rms")
+        kind = parse_spec(checked)[0]
+        name = kind if kind not in named else f"{kind}{sum(n.startswith(kind) for n in named) + 1}"
+        named[name] = checked
+    return named
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     if not args.out:
         raise UsageError("--out FILE.json is required: where the compiled program goes")
@@ -69,18 +85,20 @@ def cmd_compile(args: argparse.Namespace) -> int:
     family = _family(task)
     kinds = DEMO_KINDS if args.bootstrap else ("raw",)
     searched = {k: v for k, v in family.SEARCH.get(args.program, {}).items() if k not in options}
-    space = Space(options=searched, moot=family.MOOT,
-                  demos=DemoSpace(kinds=kinds, ks=(3, 5, 8) if task.family == "open_qa" else (2, 4)))
     lm_text = lm_spec(args)
     rm_text = _rm_choice(args)
+    others = _named_rms(args.rms)
+    space = Space(options=searched, moot=family.MOOT, rms=list(others),
+                  demos=DemoSpace(kinds=kinds, ks=(3, 5, 8) if task.family == "open_qa" else (2, 4)))
     pool, _ = task.load(1, 0)  # the training pool only: the dev set is not even kept
     if len(pool) < 20:
         raise UsageError(f"dataset {task.name}: its training pool has {len(pool)} examples; compile needs at least 20")
     lm = dsp.lm_from_spec(lm_text)
     rm = build_rm(task, rm_text)
+    rms = {name: dsp.rm_from_spec(spec) for name, spec in others.items()}
     started = time.perf_counter()
     with dsp.settings.context(lm=lm, rm=rm):
-        compiled = dsp.compile(program, pool, task.metric, space=space, candidates=args.candidates,
+        compiled = dsp.compile(program, pool, task.metric, space=space, candidates=args.candidates, rms=rms,
                                fields=task.fields, val=args.val, bootstrap_limit=args.bootstrap or None,
                                options=options, runner=args.threads, out=out.with_suffix(".runs"), seed=args.seed,
                                wrap=wrap_for(task), halving=not args.no_halving)

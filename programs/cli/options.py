@@ -181,12 +181,12 @@ def lm_spec(args: argparse.Namespace, n_ctx: int | None = None) -> str:
         raise UsageError(f"--lm: {error}") from None
 
 
-def rm_spec(spec: str | None) -> str:
-    """The checked RM spec of `--rm` (or $DSP_RM)."""
+def rm_spec(spec: str | None, option: str = "--rm") -> str:
+    """The checked RM spec of `--rm` (or $DSP_RM; `option` names where it came from in an error)."""
     try:
         return check_rm_spec(spec)
     except SpecError as error:
-        raise UsageError(f"--rm: {error}") from None
+        raise UsageError(f"{option}: {error}") from None
 
 
 def parse_set(items: Sequence[str] | None) -> dict[str, str]:

@@ -202,6 +202,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     runner = _runner(args, task)
     lm_text = lm_spec(args)
     rm_text = _rm_choice(args)
+    if compiled is not None and compiled.rm_spec:
+        if args.rm:
+            raise UsageError(f"--compiled {args.compiled} chose its retriever ({compiled.rm_spec}): drop --rm")
+        rm_text = compiled.rm_spec  # the retriever the search chose is part of the compiled program
     pool, dev = task.load(args.n, args.dev_seed)
     for i, example in enumerate(dev):
         try:
@@ -211,6 +215,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     trains = {seed: _train(pool, args.shots, seed) for seed in args.seed}
     lm = dsp.lm_from_spec(lm_text)       # the first thing that loads a model: every check is done
     rm = build_rm(task, rm_text)
+    if compiled is not None and compiled.rm_spec:
+        compiled.rm = rm  # built once, here: the run's identity names the RM the program uses
     out_dir = Path(args.out)
     results = []
     with dsp.settings.context(lm=lm, rm=rm):
