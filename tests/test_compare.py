@@ -117,6 +117,7 @@ def test_the_cli_prints_the_table_and_refuses_bad_files_in_one_line(tmp_path, ca
     assert "b.jsonl: has 20 of the first 30" in capsys.readouterr().err  # every incomplete file is named
     for argv, message in [([str(a), str(b), "--n", "30"], "b.jsonl: has 20 of the first 30"),
                           ([str(a), str(tmp_path / "none.jsonl")], "none.jsonl: no such results file"),
+                          ([str(a), str(tmp_path)], "a directory; give its results files"),
                           ([str(a), "--n", "0"], "--n")]:
         assert main(["compare", *argv]) == 2, argv
         err = capsys.readouterr().err

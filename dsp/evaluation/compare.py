@@ -74,6 +74,8 @@ class Comparison:
 
 
 def _load(path: Path, n: int | None) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    if path.is_dir():
+        raise FileNotFoundError(f"{path}: a directory; give its results files (e.g. {path}/*.jsonl)")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such results file")
     identity, rows = read_run(path)
