@@ -441,3 +441,32 @@ def test_dsp_compile_searches_other_retrievers_and_run_uses_the_chosen_one(data_
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, (argv, err)
+
+
+def test_dsp_compile_search_names_the_options_to_search(data_dir, tmp_path, monkeypatch, capsys):
+    """--search replaces the program's SEARCH, typed by its signature; a preset's value stays the baseline's."""
+    from programs.cli import main
+
+    def scripted(spec=None):
+        lm = ScriptedLM(lambda prompt, request: [" Paris"] * int(request.get("n") or 1), model="scripted-search")
+        lm.spec = "scripted"
+        return lm
+
+    monkeypatch.setattr(dsp, "lm_from_spec", scripted)
+    out = tmp_path / "nq-dsp.json"
+    assert main(["compile", "dsp", "--dataset", "nq", "--preset", "small", "--search", "k=1,2", "--candidates", "6",
+                 "--val", "10", "--bootstrap", "0", "--out", str(out), "--no-halving"]) == 0
+    compiled = dsp.load_compiled(out)
+    searched = [row["options"] for row in compiled.table if row["key"] != "baseline"]
+    assert {tuple(sorted(o)) for o in searched} == {("k",)} and {o["k"] for o in searched} == {1, 2}
+    assert compiled.options["n"] == 5 and compiled.options["k"] in (1, 2)  # the preset, and a searched k
+    capsys.readouterr()
+    base = ["compile", "dsp", "--dataset", "nq", "--out", str(tmp_path / "x.json")]
+    for argv, message in [(["--search", "k=1,two"], "--search k: takes an integer, got 'two'"),
+                          (["--search", "depth=1,2"], "--search: program 'dsp' has no option 'depth'"),
+                          (["--search", "k"], "--search takes key=value,value"),
+                          (["--search", "k=1,1"], "a value is given twice"),
+                          (["--search", "k=1,2", "--set", "k=3"], "--set and --search both name k")]:
+        assert main([*base, *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (argv, err)

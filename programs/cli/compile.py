@@ -22,10 +22,10 @@ from dsp.compiling import DEMO_KINDS, DemoSpace, Space, report
 from programs.tasks import TASKS, Task
 
 from .options import (
-    UsageError, add_lm, add_out, add_rm, add_seed, add_threads, lm_spec, nonnegative_int, parse_set, positive_int,
-    rm_spec,
+    UsageError, add_lm, add_out, add_rm, add_seed, add_threads, lm_spec, nonnegative_int, parse_search, parse_set,
+    positive_int, program_options, rm_spec,
 )
-from .run import _family, _rm_choice, build_rm, resolve_program
+from .run import FIXED, _family, _rm_choice, build_rm, resolve_program
 
 __all__ = ["add_parser", "cmd_compile", "wrap_for"]
 
@@ -47,6 +47,10 @@ def add_parser(sub: Any) -> None:
                    help="pool examples the program is run on to bootstrap augmented demos (0: raw demos only)")
     p.add_argument("--preset", help="options fixed for every candidate, e.g. small (a fixed option is not searched)")
     p.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="options fixed for every candidate (not searched)")
+    p.add_argument("--search", nargs="+", metavar="KEY=V1,V2", default=None,
+                   help="the options to search, each with its values, in place of the program's own SEARCH "
+                        "(e.g. k=1,2 n=1,5); searched even if --preset sets it (the program as written keeps "
+                        "the preset's value)")
     p.add_argument("--rms", nargs="+", metavar="SPEC", default=[],
                    help="other retrievers a candidate may use instead of the default (--rm, else the task's corpus), "
                         "e.g. hybrid:$DSP_DATA_DIR/wiki2018/passages.jsonl.gz; the compiled program keeps the one chosen")
@@ -61,6 +65,17 @@ def wrap_for(task: Task) -> Callable[[Callable[..., Any], list], Callable[..., A
     from programs.conversational import Conversations
 
     return lambda program, turns: Conversations(turns, program)
+
+
+def _searched(program: Callable[..., Any], name: str, search: dict[str, list[str]], given: dict[str, str]
+              ) -> dict[str, list[Any]]:
+    """--search as {option: typed values}, checked against the program's options and --set."""
+    both = sorted(search.keys() & given.keys())
+    if both:
+        raise UsageError(f"--set and --search both name {', '.join(both)}: fix an option or search it, not both")
+    return {key: [program_options(program, {key: text}, FIXED, where=f"--search: program {name!r}",
+                                  flag="--search")[key] for text in texts]
+            for key, texts in search.items()}
 
 
 def _named_rms(specs: list[str]) -> dict[str, str]:
@@ -81,10 +96,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if out.suffix != ".json":
         raise UsageError(f"--out {args.out}: give a .json file")
     task = TASKS[args.dataset]
-    program, options = resolve_program(task, args.program, args.preset, parse_set(args.set))
+    given = parse_set(args.set)
+    program, options = resolve_program(task, args.program, args.preset, given)
     family = _family(task)
     kinds = DEMO_KINDS if args.bootstrap else ("raw",)
-    searched = {k: v for k, v in family.SEARCH.get(args.program, {}).items() if k not in options}
+    if args.search is not None:
+        # Searched even when the preset sets it: the preset's value stays the baseline's.
+        searched = _searched(program, args.program, parse_search(args.search), given)
+    else:
+        searched = {k: v for k, v in family.SEARCH.get(args.program, {}).items() if k not in options}
     lm_text = lm_spec(args)
     rm_text = _rm_choice(args)
     others = _named_rms(args.rms)

@@ -26,7 +26,7 @@ from dsp.clients.specs import SpecError, check_lm_spec, check_rm_spec, parse_spe
 
 __all__ = [
     "UsageError", "Parser", "positive_int", "nonnegative_int", "seed_list", "add_lm", "add_rm", "add_n", "add_threads",
-    "add_out", "add_seed", "lm_spec", "rm_spec", "program_options", "parse_set", "existing_path",
+    "add_out", "add_seed", "lm_spec", "rm_spec", "program_options", "parse_set", "parse_search", "existing_path",
 ]
 
 
@@ -200,7 +200,25 @@ def parse_set(items: Sequence[str] | None) -> dict[str, str]:
     return out
 
 
-def _typed(name: str, text: Any, default: Any, hint: Any) -> Any:
+def parse_search(items: Sequence[str] | None) -> dict[str, list[str]]:
+    """`--search key=value,value ...` as {key: [text, ...]}; the values are typed by `program_options`.
+
+    >>> parse_search(["k=1,2", "order=relevance"])
+    {'k': ['1', '2'], 'order': ['relevance']}
+    """
+    out: dict[str, list[str]] = {}
+    for item in items or []:
+        key, eq, values = item.partition("=")
+        texts = [v.strip() for v in values.split(",")]
+        if not eq or not key.strip() or not all(texts):
+            raise UsageError(f"--search takes key=value,value,..., got {item!r}")
+        if len(set(texts)) < len(texts):
+            raise UsageError(f"--search {key.strip()}: a value is given twice in {values!r}")
+        out[key.strip()] = texts
+    return out
+
+
+def _typed(name: str, text: Any, default: Any, hint: Any, flag: str = "--set") -> Any:
     """`text` as a value of the parameter's type (from its annotation, else its default's type)."""
     if not isinstance(text, str):
         return text  # a preset's value: already typed
@@ -208,24 +226,24 @@ def _typed(name: str, text: Any, default: Any, hint: Any) -> Any:
     if origin is typing.Literal:
         choices = typing.get_args(hint)
         if text not in choices:
-            raise UsageError(f"--set {name}: choose one of {', '.join(map(str, choices))}, got {text!r}")
+            raise UsageError(f"{flag} {name}: choose one of {', '.join(map(str, choices))}, got {text!r}")
         return text
     kind = type(default) if default is not inspect.Parameter.empty and default is not None else hint
     if kind is bool:
         lowered = text.lower()
         if lowered not in ("1", "0", "true", "false", "yes", "no"):
-            raise UsageError(f"--set {name}: takes true or false, got {text!r}")
+            raise UsageError(f"{flag} {name}: takes true or false, got {text!r}")
         return lowered in ("1", "true", "yes")
     if kind is int:
         try:
             return int(text)
         except ValueError:
-            raise UsageError(f"--set {name}: takes an integer, got {text!r}") from None
+            raise UsageError(f"{flag} {name}: takes an integer, got {text!r}") from None
     if kind is float:
         try:
             return float(text)
         except ValueError:
-            raise UsageError(f"--set {name}: takes a number, got {text!r}") from None
+            raise UsageError(f"{flag} {name}: takes a number, got {text!r}") from None
     if kind is str:
         return text
     try:
@@ -235,7 +253,7 @@ def _typed(name: str, text: Any, default: Any, hint: Any) -> Any:
 
 
 def program_options(program: Callable[..., Any], given: Mapping[str, Any], fixed: Sequence[str] = (),
-                    where: str = "the program") -> dict[str, Any]:
+                    where: str = "the program", flag: str = "--set") -> dict[str, Any]:
     """`given` options checked against `program`'s parameters and typed as they are: an unknown key or
     a value of the wrong type is a `UsageError` naming the valid ones. `fixed` parameters (the question,
     the training set) cannot be set."""
@@ -250,5 +268,5 @@ def program_options(program: Callable[..., Any], given: Mapping[str, Any], fixed
     for key, value in given.items():
         if key not in settable:
             raise UsageError(f"{where} has no option {key!r}; its options: {', '.join(settable) or 'none'}")
-        out[key] = _typed(key, value, settable[key].default, hints.get(key))
+        out[key] = _typed(key, value, settable[key].default, hints.get(key), flag)
     return out
