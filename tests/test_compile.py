@@ -424,6 +424,10 @@ def test_dsp_compile_searches_other_retrievers_and_run_uses_the_chosen_one(data_
     compiled = dsp.load_compiled(out)
     assert any(row["key"].endswith("-rm_bm25") for row in compiled.table)
     assert any(not row["key"].endswith("-rm_bm25") for row in compiled.table[1:])
+    from programs.cli.compile import _named_rms
+    _passages(tmp_path / "bad.jsonl", False)
+    named = _named_rms([f"bm25:{other}", f"hybrid:{other}", f"bm25:{tmp_path / 'bad.jsonl'}"])
+    assert list(named) == ["bm25", "hybrid", "bm25_2"] and named["bm25_2"].endswith("bad.jsonl")
     # A compiled program that chose another retriever runs with it (and says so in its results file).
     compiled.rm_spec = f"bm25:{other}"
     compiled.save(out)

@@ -84,7 +84,8 @@ def _named_rms(specs: list[str]) -> dict[str, str]:
     for spec in specs:
         checked = rm_spec(spec, "--rms")
         kind = parse_spec(checked)[0]
-        name = kind if kind not in named else f"{kind}{sum(n.startswith(kind) for n in named) + 1}"
+        count = sum(1 for n in named if n == kind or n.startswith(f"{kind}_"))
+        name = f"{kind}_{count + 1}" if count else kind
         named[name] = checked
     return named
 
