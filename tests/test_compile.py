@@ -128,6 +128,26 @@ def test_a_kind_the_bootstrap_found_nothing_of_is_not_searched(tmp_path):
     assert compiled.meta["rows_usage"]["requests"] > 0  # the bootstrap ran, and found nothing
 
 
+def test_graded_metrics_pass_traces_at_the_given_score(tmp_path):
+    """With F1, an answer with extra words scores 0.5: no trace passes at 1.0; at passing=0.5 they become demos."""
+    train = [dsp.Example(question=f"what is q{i}?", answer=[f"a{i}"]) for i in range(30)]
+
+    def wordy(prompt: str, request: dict) -> list[str]:
+        import re
+
+        number = re.findall(r"what is q(\d+)", prompt)[-1]
+        return [f" a{number} and more"]
+
+    space = Space(demos=DemoSpace(kinds=("raw", "augmented"), ks=(2,), selects=("random",), seeds=1))
+    found = {}
+    for passing in (1.0, 0.5):
+        with dsp.settings.context(lm=ScriptedLM(wordy)):
+            compiled = dsp.compile(reader, train, dsp.F1, space=space, candidates=3, val=10, passing=passing,
+                                   out=tmp_path / "c", progress=False)
+        found[passing] = compiled.meta["augmented"]
+    assert found[1.0] == 0 and found[0.5] == 20  # every bootstrapped trace scored 0.5
+
+
 def test_a_bigger_bootstrap_reruns_only_the_candidates_that_draw_on_it(tmp_path):
     """Raw candidates and the baseline do not depend on the bootstrapped demos: a compile resumed with
     more of the pool bootstrapped keeps their rows; augmented candidates (new demos) are scored again."""
@@ -287,6 +307,7 @@ def test_compile_arguments_are_checked_before_any_model_loads(data_dir, tmp_path
         (["compile", "dsp"], "--out FILE.json is required"),
         (["compile", "dsp", "--out", "x.txt"], "give a .json file"),
         (["compile", "dsp", "--out", "x.json", "--candidates", "0"], "--candidates: must be a positive integer"),
+        (["compile", "dsp", "--out", "x.json", "--passing", "1.5"], "--passing: takes a number in (0, 1], got '1.5'"),
         (["compile", "nosuch", "--out", "x.json"], "has no program 'nosuch'"),
         (["run", "dsp", "--compiled", str(tmp_path / "none.json")], "none.json: no such file"),
     ]:

@@ -119,6 +119,7 @@ def compile(
     val: int | None = None,
     bootstrap_limit: int | None = 40,
     require_context: bool = False,
+    passing: float = 1.0,
     options: Mapping[str, Any] | None = None,
     rms: Mapping[str, Any] | None = None,
     runner: Runner | int = 1,
@@ -138,6 +139,8 @@ def compile(
     program keeps the one chosen, saved by its spec). `out` is a directory: the bootstrap
     and each candidate's rows go there, so a killed compile resumes without repeating what finished.
     `wrap(program, examples)` adapts a candidate to what `dsp.evaluate` calls (conversations turn by turn).
+    A bootstrapped trace becomes an augmented demo when its score reaches `passing` (1.0: right; lower
+    for graded metrics such as F1, where a good answer rarely scores 1).
     """
     if not callable(program):
         raise TypeError(f"compile needs a callable program, got {type(program).__name__}")
@@ -162,7 +165,8 @@ def compile(
                                          limit=bootstrap_limit, runner=runner, seed=seed,
                                          out=folder / "bootstrap.jsonl" if folder else None, wrap=wrap,
                                          progress=progress)
-        bootstrapped = {"augmented": demos_of_rows(attempted, rows, fields=fields, require_context=require_context),
+        bootstrapped = {"augmented": demos_of_rows(attempted, rows, fields=fields, require_context=require_context,
+                                                   passing=passing),
                         "gold": demos_of_rows(attempted, rows, fields=fields, label="gold")}
         made["bootstrap"] = rows
         # A kind the bootstrap found no trace of would only repeat raw candidates under its name: drop it

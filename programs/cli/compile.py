@@ -45,6 +45,8 @@ def add_parser(sub: Any) -> None:
                    help="validation examples held out of the pool (default: a third of it, 10 to 100)")
     p.add_argument("--bootstrap", type=nonnegative_int, default=40,
                    help="pool examples the program is run on to bootstrap augmented demos (0: raw demos only)")
+    p.add_argument("--passing", type=_fraction, default=1.0,
+                   help="the score a bootstrapped trace needs to become a demo (1: right; e.g. 0.5 for nF1 on qrecc)")
     p.add_argument("--preset", help="options fixed for every candidate, e.g. small (a fixed option is not searched)")
     p.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="options fixed for every candidate (not searched)")
     p.add_argument("--search", nargs="+", metavar="KEY=V1,V2", default=None,
@@ -56,6 +58,17 @@ def add_parser(sub: Any) -> None:
                         "e.g. hybrid:$DSP_DATA_DIR/wiki2018/passages.jsonl.gz; the compiled program keeps the one chosen")
     p.add_argument("--no-halving", action="store_true", help="score every candidate on the whole validation part")
     p.set_defaults(handler=cmd_compile)
+
+
+def _fraction(text: str) -> float:
+    """argparse type: a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"takes a number in (0, 1], got {text!r}")
+    return value
 
 
 def wrap_for(task: Task) -> Callable[[Callable[..., Any], list], Callable[..., Any]] | None:
@@ -122,7 +135,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         compiled = dsp.compile(program, pool, task.metric, space=space, candidates=args.candidates, rms=rms,
                                fields=task.fields, val=args.val, bootstrap_limit=args.bootstrap or None,
                                options=options, runner=args.threads, out=out.with_suffix(".runs"), seed=args.seed,
-                               wrap=wrap_for(task), halving=not args.no_halving)
+                               wrap=wrap_for(task), halving=not args.no_halving, passing=args.passing)
     compiled.meta.update(task=task.name, program_name=args.program, preset=args.preset, lm_spec=lm_text,
                          rm_spec=rm_text or (rm.spec if isinstance(rm, dsp.RM) else None), rm_name=repr(rm))
     compiled.save(out)
