@@ -2,9 +2,10 @@
 
 `Compiled` is called like the program (``compiled(question)``, or ``compiled(question, history)``): it
 passes the chosen options, the training set and the demonstrations (fixed, or the k nearest to the
-question from a bootstrapped pool) to the program. `save` writes JSON (the demos as plain records, the
-options, the search table, the program's importable name, the LM/RM specs, the seed; never pickle);
-`load_compiled` reads it back and imports the program by name.
+question from a bootstrapped pool) to the program, under the retriever the search chose if it chose
+one. `save` writes JSON (the demos as plain records, the options, the retriever's spec, the search
+table, the program's importable name, the LM/RM specs, the seed; never pickle); `load_compiled` reads
+it back and imports the program by name.
 
 >>> compiled = dsp.compile(program, train, dsp.EM)              # doctest: +SKIP
 >>> compiled.save("runs/compiled/rtr.json")                     # doctest: +SKIP
@@ -151,7 +152,7 @@ class Compiled:
 
     def digest(self) -> str:
         """A short hash of what decides the program's answers (program, options, demos, knn pool, training
-        set), not of the search table or the compile's timing: a results file of the compiled program
+        set, the retriever chosen), not of the search table or the compile's timing: a results file of the compiled program
         keeps resuming after the same compile is rerun and saved again.
 
         >>> a = Compiled(json.dumps, {"k": 1}, [], table=[{"key": "x"}], meta={"seconds": 1.0})
