@@ -491,7 +491,9 @@ def test_dsp_compile_search_names_the_options_to_search(data_dir, tmp_path, monk
                           (["--search", "depth=1,2"], "--search: program 'dsp' has no option 'depth'"),
                           (["--search", "k"], "--search takes key=value,value"),
                           (["--search", "k=1,1"], "a value is given twice"),
-                          (["--search", "k=1,2", "--set", "k=3"], "--set and --search both name k")]:
+                          (["--search", "k=1,2", "--set", "k=3"], "--set and --search both name k"),
+                          (["--preset", "small", "--search", "order=relevance,lost_in_the_middle"],
+                           "--search order: has no effect with k=1")]:
         assert main([*base, *argv]) == 2, argv
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, (argv, err)

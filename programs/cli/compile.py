@@ -117,6 +117,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.search is not None:
         # Searched even when the preset sets it: the preset's value stays the baseline's.
         searched = _searched(program, args.program, parse_search(args.search), given)
+        for key in searched:
+            for other, values in family.MOOT.get(key, {}).items():
+                fixed = options.get(other)
+                if other not in searched and any(type(v) is type(fixed) and v == fixed for v in values):
+                    raise UsageError(f"--search {key}: has no effect with {other}={options[other]} (fixed by "
+                                     f"--preset or --set); search {other} too, e.g. --search {other}=1,2")
     else:
         searched = {k: v for k, v in family.SEARCH.get(args.program, {}).items() if k not in options}
     lm_text = lm_spec(args)
