@@ -27,6 +27,16 @@ def _trainset(n: int = 40) -> list[dsp.Example]:
     return examples
 
 
+def _patch_cli_lm(monkeypatch, model: str, respond=None) -> None:
+    """`dsp` CLI commands get a scripted LM (answering " Paris" to every draw unless `respond` is given)."""
+    def scripted(spec=None):
+        lm = ScriptedLM(respond or (lambda prompt, request: [" Paris"] * int(request.get("n") or 1)), model=model)
+        lm.spec = "scripted"
+        return lm
+
+    monkeypatch.setattr(dsp, "lm_from_spec", scripted)
+
+
 def test_compile_finds_the_demonstration_that_makes_the_answers_right(tmp_path):
     train = _trainset()
     pool, val = split_train(train, val=10, seed=0)
@@ -250,12 +260,7 @@ def test_dsp_compile_and_run_compiled_never_show_the_dev_set_to_the_lm(data_dir,
         prompts.append(prompt)
         return [" Paris"]
 
-    def scripted(spec=None):
-        lm = ScriptedLM(respond, model="scripted-compile")
-        lm.spec = "scripted"
-        return lm
-
-    monkeypatch.setattr(dsp, "lm_from_spec", scripted)
+    _patch_cli_lm(monkeypatch, "scripted-compile", respond)
     out = tmp_path / "nq-rtr.json"
     code = main(["compile", "retrieve_then_read", "--dataset", "nq", "--candidates", "4", "--val", "12",
                  "--bootstrap", "4", "--out", str(out)])
@@ -369,12 +374,7 @@ def test_every_family_compiles_and_runs_compiled(data_dir, tmp_path, monkeypatch
     load and run on the dev set, end to end through the CLI (a scripted LM; the real RM and data)."""
     from programs.cli import main
 
-    def scripted(spec=None):
-        lm = ScriptedLM(lambda prompt, request: [" Paris"] * int(request.get("n") or 1), model="scripted-families")
-        lm.spec = "scripted"
-        return lm
-
-    monkeypatch.setattr(dsp, "lm_from_spec", scripted)
+    _patch_cli_lm(monkeypatch, "scripted-families")
     out = tmp_path / f"{dataset}-{program}.json"
     assert main(["compile", program, "--dataset", dataset, "--candidates", "3", "--val", "10", "--bootstrap", "4",
                  "--out", str(out), "--no-halving"]) == 0
@@ -432,12 +432,7 @@ def test_compile_chooses_the_retriever_that_finds_the_answers(tmp_path):
 def test_dsp_compile_searches_other_retrievers_and_run_uses_the_chosen_one(data_dir, tmp_path, monkeypatch, capsys):
     from programs.cli import main
 
-    def scripted(spec=None):
-        lm = ScriptedLM(lambda prompt, request: [" Paris"] * int(request.get("n") or 1), model="scripted-rms")
-        lm.spec = "scripted"
-        return lm
-
-    monkeypatch.setattr(dsp, "lm_from_spec", scripted)
+    _patch_cli_lm(monkeypatch, "scripted-rms")
     other = _passages(tmp_path / "good.jsonl", True)
     out = tmp_path / "nq-rtr.json"
     assert main(["compile", "retrieve_then_read", "--dataset", "nq", "--candidates", "5", "--val", "10",
@@ -472,12 +467,7 @@ def test_dsp_compile_search_names_the_options_to_search(data_dir, tmp_path, monk
     """--search replaces the program's SEARCH, typed by its signature; a preset's value stays the baseline's."""
     from programs.cli import main
 
-    def scripted(spec=None):
-        lm = ScriptedLM(lambda prompt, request: [" Paris"] * int(request.get("n") or 1), model="scripted-search")
-        lm.spec = "scripted"
-        return lm
-
-    monkeypatch.setattr(dsp, "lm_from_spec", scripted)
+    _patch_cli_lm(monkeypatch, "scripted-search")
     out = tmp_path / "nq-dsp.json"
     assert main(["compile", "dsp", "--dataset", "nq", "--preset", "small", "--search", "k=1,2", "--candidates", "6",
                  "--val", "10", "--bootstrap", "0", "--out", str(out), "--no-halving"]) == 0

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..stats import paired, score_interval
-from .log import RunMismatch, identity_diff, read_run
+from .log import RunMismatch, _flatten, identity_diff, read_run
+from .rows import canonical
 
 __all__ = ["compare_runs", "format_comparison", "Comparison", "RunScore", "SeedGroup", "IncompleteRun"]
 
@@ -154,7 +155,8 @@ def _seed_groups(loaded: list, runs: list[RunScore]) -> list[SeedGroup]:
     groups: dict[str, list[int]] = {}
     for i, (_, identity, _) in enumerate(loaded):
         # What a seed decides (the seed, the training draw and the LM's sampling seed) and unset keys aside.
-        rest = [(k, v) for k, v in _flat(identity) if k not in _SEEDED and v != "None"]
+        rest = [(k, repr(v)) for k, v in sorted(_flatten(canonical(identity)).items())
+                if k not in _SEEDED and v is not None]
         groups.setdefault(repr(rest), []).append(i)
     out = []
     for members in groups.values():
@@ -167,12 +169,6 @@ def _seed_groups(loaded: list, runs: list[RunScore]) -> list[SeedGroup]:
                              tuple(r.seed for r in chosen), statistics.mean(values), statistics.stdev(values),
                              best.name, best.score))
     return out
-
-
-def _flat(value: Any, prefix: str = "") -> list[tuple[str, str]]:
-    if isinstance(value, Mapping):
-        return [item for k in sorted(value) for item in _flat(value[k], f"{prefix}.{k}" if prefix else str(k))]
-    return [(prefix, repr(value))]
 
 
 def _common_name(names: list[str]) -> str:

@@ -117,12 +117,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.search is not None:
         # Searched even when the preset sets it: the preset's value stays the baseline's.
         searched = _searched(program, args.program, parse_search(args.search), given)
-        for key in searched:
-            for other, values in family.MOOT.get(key, {}).items():
-                fixed = options.get(other)
-                if other not in searched and any(type(v) is type(fixed) and v == fixed for v in values):
-                    raise UsageError(f"--search {key}: has no effect with {other}={options[other]} (fixed by "
-                                     f"--preset or --set); search {other} too, e.g. --search {other}=1,2")
     else:
         searched = {k: v for k, v in family.SEARCH.get(args.program, {}).items() if k not in options}
     lm_text = lm_spec(args)
@@ -130,6 +124,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
     others = _named_rms(args.rms)
     space = Space(options=searched, moot=family.MOOT, rms=list(others),
                   demos=DemoSpace(kinds=kinds, ks=(3, 5, 8) if task.family == "open_qa" else (2, 4)))
+    if args.search is not None:  # an option asked for but moot in every candidate (Space drops it) is refused
+        grid = space.grid(fixed=options)
+        for key in searched:
+            if not any(key in candidate.options for candidate in grid[1:]):
+                under = ", ".join(f"{o}={options[o]}" for o in family.MOOT.get(key, {}) if o in options)
+                raise UsageError(f"--search {key}: has no effect with {under} (fixed by --preset or --set); "
+                                 f"search {under.split('=')[0]} too")
     pool, _ = task.load(1, 0)  # the training pool only: the dev set is not even kept
     if len(pool) < 20:
         raise UsageError(f"dataset {task.name}: its training pool has {len(pool)} examples; compile needs at least 20")
