@@ -64,10 +64,11 @@ def _annotation_attempt(train: list[dsp.Example]):
 
 def dsp_program(question: str, train: list[dsp.Example], hops: int = 2, n_queries: int = 10, k: int = 5,
                 n: int = 20, temperature: float = 0.7, n_demos: int = 3, pool: int = 16,
-                order: dsp.OrderStrategy = "relevance", cot: bool = True,
+                order: dsp.OrderStrategy = "relevance", cot: bool = True, extractive: bool = False,
                 demos: list[dsp.Example] | None = None) -> dsp.Example:
     """The DSP multi-hop program; `order` arranges each hop's fused passages (`dsp.order_passages`).
-    `cot=False` answers without a rationale (for models too small to write one). `demos` (from
+    `cot=False` answers without a rationale (for models too small to write one). `extractive=True` lets
+    only sampled answers found in the context vote (`dsp.majority(context=...)`). `demos` (from
     `dsp.compile`) replace the annotated ones."""
     if demos is None:
         demos = dsp.annotate(_annotation_attempt(train))(dsp.sample(train, k=pool), k=n_demos, return_all=True)
@@ -84,7 +85,7 @@ def dsp_program(question: str, train: list[dsp.Example], hops: int = 2, n_querie
         x.context = summaries + passages
     reader = qa_with_cot if cot else qa_with_context
     _, completions = dsp.generate(reader, n=n, temperature=temperature, stop="auto")(x, stage="qa")
-    best = dsp.majority(completions)
+    best = dsp.majority(completions, context=x.context if extractive else None)
     return dsp.Example(question=question, answer=best.answer, context=x.context, summaries=summaries)
 
 
@@ -109,7 +110,9 @@ SEARCH = {
     "vanilla": {},
     "retrieve_then_read": {"k": [2, 3, 5], "order": ["relevance", "lost_in_the_middle"]},
     "self_ask": {"k": [1, 2]},
-    "dsp": {"k": [2, 3, 5], "n_queries": [1, 3], "n": [1, 5], "temperature": [0.3, 0.7], "cot": [False, True]},
+    "dsp": {"k": [2, 3, 5], "n_queries": [1, 3], "n": [1, 5], "temperature": [0.3, 0.7], "cot": [False, True],
+            "extractive": [False, True]},
 }
-# Options that have no effect under another's value (one passage has one order): never searched there.
-MOOT = {"order": {"k": [1]}}
+# Options that have no effect under another's value (one passage has one order; one sample, no vote):
+# never searched there.
+MOOT = {"order": {"k": [1]}, "extractive": {"n": [1]}}

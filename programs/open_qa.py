@@ -81,12 +81,13 @@ def _annotation_attempt(pool: list[dsp.Example], k: int, n_raw: int, template: d
 
 def dsp_program(question: str, train: list[dsp.Example], k: int = 7, n: int = 20, temperature: float = 0.7,
                 n_demos: int = 3, demo_k: int = 3, pool: int = 16, n_raw: int = 8, cot: bool = True,
-                label: Label = "predicted", order: dsp.OrderStrategy = "relevance",
+                label: Label = "predicted", order: dsp.OrderStrategy = "relevance", extractive: bool = False,
                 demos: list[dsp.Example] | None = None) -> dsp.Example:
     """The DSP open-QA program. `demo_k` passages per annotated demo keep the prompt short; `n_raw`
     raw (question/answer) demos accompany the augmented ones. `cot=False` predicts the answer
     directly (for models too small to write a rationale: the demos then show context and answer).
     `order` arranges the passages in every context, e.g. "lost_in_the_middle" (`dsp.order_passages`).
+    `extractive=True` lets only sampled answers found in the context vote (`dsp.majority(context=...)`).
     With `demos` (from `dsp.compile`), its augmented ones and up to `n_raw` raw ones are used as they are:
     no annotation runs."""
     template = qa_with_cot if cot else qa_with_context
@@ -102,7 +103,7 @@ def dsp_program(question: str, train: list[dsp.Example], k: int = 7, n: int = 20
     raw = raw if given else raw[:n_raw]  # chosen demos (dsp.compile) are used as they are
     x = dsp.Example(question=question, demos=augmented + raw, context=_context(question, k, order))
     _, completions = dsp.generate(template, n=n, temperature=temperature, stop="auto")(x, stage="qa")
-    best = dsp.majority(completions)
+    best = dsp.majority(completions, context=x.context if extractive else None)
     return dsp.Example(question=question, answer=best.answer, context=x.context, rationale=best[0].get("rationale"),
                        n_augmented=len(augmented))
 
@@ -129,7 +130,8 @@ SEARCH = {
     "retrieve_then_read": {"k": [1, 2, 3], "demo_context": [True, False], "order": ["relevance", "lost_in_the_middle"]},
     "self_ask": {"k": [1, 2]},
     "dsp": {"k": [1, 2, 3], "n": [1, 5], "temperature": [0.3, 0.7], "cot": [False, True],
-            "order": ["relevance", "lost_in_the_middle"]},
+            "order": ["relevance", "lost_in_the_middle"], "extractive": [False, True]},
 }
-# Options that have no effect under another's value (one passage has one order): never searched there.
-MOOT = {"order": {"k": [1]}}
+# Options that have no effect under another's value (one passage has one order; one sample, no vote):
+# never searched there.
+MOOT = {"order": {"k": [1]}, "extractive": {"n": [1]}}

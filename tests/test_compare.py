@@ -1,6 +1,7 @@
 """`dsp.compare_runs` / `dsp compare`: results files side by side, paired on the examples they share."""
 
 import json
+import re
 
 import pytest
 
@@ -124,16 +125,22 @@ def test_the_cli_prints_the_table_and_refuses_bad_files_in_one_line(tmp_path, ca
         assert message in err and err.count("\n") == 1, (argv, err)
 
 
-def test_an_option_added_at_its_none_default_resumes_an_older_file(tmp_path):
-    """A file written before a program gained an option (demos=None) is the same run, not another one."""
+def test_an_option_added_at_its_none_or_off_default_resumes_an_older_file(tmp_path):
+    """A file written before a program gained an option (demos=None, extractive=False) is the same run,
+    not another one; the same option switched on, or a new numeric option at 0, is another run."""
     path = tmp_path / "old.jsonl"
     _run(path, {0, 1}, options={"k": 1})
     header = json.loads(path.read_text().splitlines()[0])
     assert "demos" not in header["dsp_run"]["identity"]["options"]
     result = dsp.evaluate(_answers({0, 1}), EXAMPLES, dsp.EM, out=path,
-                          run={"task": "toy", "options": {"k": 1, "demos": None}}, seed=0, progress=False,
-                          display=False)
+                          run={"task": "toy", "options": {"k": 1, "demos": None, "extractive": False}}, seed=0,
+                          progress=False, display=False)
     assert result.score == 10.0
+    for added, shown in [({"extractive": True}, "options.extractive: (unset) -> true"),
+                         ({"shots": 0}, "options.shots: (unset) -> 0")]:
+        with pytest.raises(dsp.RunMismatch, match=re.escape(shown)):
+            dsp.evaluate(_answers({0, 1}), EXAMPLES, dsp.EM, out=path, run={"task": "toy", "options": {"k": 1, **added}},
+                         seed=0, progress=False, display=False)
     with pytest.raises(dsp.RunMismatch, match=r"options.k: 1 -> 2"):
         dsp.evaluate(_answers({0, 1}), EXAMPLES, dsp.EM, out=path, run={"task": "toy", "options": {"k": 2}},
                      seed=0, progress=False, display=False)

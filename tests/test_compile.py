@@ -290,6 +290,16 @@ def test_dsp_compile_and_run_compiled_never_show_the_dev_set_to_the_lm(data_dir,
     assert main(["run", "retrieve_then_read", "--dataset", "nq", "--n", "4", "--compiled", str(out),
                  "--out", str(tmp_path / "runs")]) == 0
     assert len(prompts) == before + 1 and "resumed 3 rows" in capsys.readouterr().out
+    # --set changes an option of the compiled program (an ablation): a file of its own, the same demos.
+    assert main(["run", "retrieve_then_read", "--dataset", "nq", "--n", "2", "--compiled", str(out),
+                 "--set", "k=2", "--out", str(tmp_path / "runs")]) == 0
+    identity, rows = dsp.evaluation.read_run(tmp_path / "runs" / "nq-retrieve_then_read-compiled_nq-rtr-k2-seed0.jsonl")
+    assert identity["options"]["k"] == 2 and identity["compiled"] != compiled.digest() and len(rows) == 2
+    assert all(len(row["context"]) == 2 for row in rows)
+    # a --set that changes nothing is the compiled program itself (its own file, resumed)
+    assert main(["run", "retrieve_then_read", "--dataset", "nq", "--n", "4", "--compiled", str(out),
+                 "--set", f"k={compiled.options.get('k', 1)}", "--out", str(tmp_path / "runs")]) == 0
+    assert "resumed 4 rows" in capsys.readouterr().out
     # ...but other demonstrations are another program, refused in one line.
     changed = dsp.load_compiled(out)
     changed.options = {**changed.options, "k": 3}

@@ -125,6 +125,18 @@ def test_majority_normalises_ignores_empties_and_breaks_ties_by_first_seen():
     assert dsp.majority([dsp.Example(answer="a")], field="answer").answer == "a"
 
 
+def test_an_extractive_majority_counts_only_answers_found_in_the_context():
+    c = dsp.Completions([dsp.Example(answer=a) for a in ["Lyon", "Lyon", "Paris", "", "the capital"]],
+                        template=qa_template)
+    context = ["Paris | Paris is the capital of France.", "Nice | a city."]
+    assert dsp.majority(c).answer == "Lyon"
+    assert dsp.majority(c, context=context).answer == "Paris"  # "the capital" is found too, but later, 1 vote each
+    assert dsp.majority(c, context="Lyon, Lyon.").answer == "Lyon"  # one passage as a string
+    nowhere = dsp.Completions([dsp.Example(answer=a) for a in ["Rome", "Oslo", "Oslo"]], template=qa_template)
+    assert dsp.majority(nowhere, context=context).answer == "Oslo"  # nothing found: everyone votes
+    assert dsp.majority(c, context=[]).answer == "Lyon"
+
+
 def test_branch_samples_distinct_reproducible_paths():
     def respond(prompt, request):
         return [f" answer-{request.get('seed')}-{request['temperature']}"]

@@ -76,6 +76,16 @@ def test_the_dsp_open_qa_program_annotates_demos_and_votes_over_twenty_samples()
     assert final["prompt"].count("Rationale: Let's think step by step. reasoning") == 3  # the annotated demos
 
 
+def test_the_dsp_open_qa_program_with_extractive_votes_only_over_answers_in_its_context():
+    # 3 of 5 samples say "Rome", which is in no retrieved passage; 2 say "Paris", which the top one holds
+    lm = ScriptedLM(lambda prompt, request: [" Rome"] * 3 + [" Paris"] * 2)
+    with dsp.settings.context(lm=lm, rm=ListRM(RM), cache=False):
+        small = open_qa.PRESETS["small"]
+        assert open_qa.dsp_program("What is the capital of France?", TRAIN, **small).answer == "Rome"
+        out = open_qa.dsp_program("What is the capital of France?", TRAIN, **small, extractive=True)
+    assert out.answer == "Paris" and out.context == ["Paris | Paris is the capital of France."]
+
+
 def test_multihop_dsp_fuses_ten_queries_per_hop_and_carries_the_summary():
     rm = ListRM(RM)
     lm = ScriptedLM(respond)

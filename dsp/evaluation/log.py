@@ -109,17 +109,24 @@ _MISSING = object()
 
 def identity_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """What changed between two identities, as "key: old -> new" texts (dotted keys, sorted). A key one
-    side lacks and the other holds as null is no change: an option added to a program later, at its
-    "not given" default (None), makes the same run as before it existed.
+    side lacks and the other holds as null or false is no change: an option added to a program later,
+    at its "not given" or "off" default (None, False), makes the same run as before it existed.
 
     >>> identity_diff({"options": {"k": 1}, "seed": 0}, {"options": {"k": 3}, "seed": 0})
     ['options.k: 1 -> 3']
-    >>> identity_diff({"options": {"k": 1}}, {"options": {"k": 1, "demos": None}})
+    >>> identity_diff({"options": {"k": 1}}, {"options": {"k": 1, "demos": None, "extractive": False}})
     []
     """
     a, b = _flatten(canonical(old)), _flatten(canonical(new))
+
+    def same(x: Any, y: Any) -> bool:
+        if x is _MISSING or y is _MISSING:
+            present = y if x is _MISSING else x
+            return present is None or present is False  # not 0: k=0 is a setting, not "off"
+        return x == y
+
     return [f"{key}: {_short(a.get(key, _MISSING))} -> {_short(b.get(key, _MISSING))}"
-            for key in sorted(a.keys() | b.keys()) if a.get(key) != b.get(key)]
+            for key in sorted(a.keys() | b.keys()) if not same(a.get(key, _MISSING), b.get(key, _MISSING))]
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:

@@ -9,11 +9,11 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from ..clients.lm import LM
 from ..example import Completions, Example
-from ..metrics import normalize_text
+from ..metrics import normalize_text, passage_match
 from ..settings import settings
 from ..template import Template
 
@@ -113,15 +113,20 @@ def default_normalize(text: str | None) -> str | None:
 
 
 def majority(completions: Completions | list[Example], normalize: Callable[[Any], Any] | None = default_normalize,
-             field: str | None = None) -> Completions:
+             field: str | None = None, context: str | Sequence[Any] | None = None) -> Completions:
     """Self-consistency: the completion whose normalised `field` (default: the template's last) wins most votes.
 
     Empty answers do not vote unless all are empty; a tie goes to the value seen first; the result keeps
-    the first winning completion's own wording.
+    the first winning completion's own wording. With `context` (the passages the LM read), the vote is
+    extractive: only answers found in a passage (`passage_match`'s token match) vote, unless none is —
+    for tasks whose answers are spans of the corpus (NQ, SQuAD), where a small model's samples that
+    leave the passage are mostly wrong.
 
     >>> c = Completions([Example(answer="1828"), Example(answer="1970"), Example(answer="1828.")])
     >>> majority(c, field="answer").answer
     '1828'
+    >>> majority(c, field="answer", context=["Elected in 1970."]).answer
+    '1970'
     """
     items = list(completions)
     if not items:
@@ -131,6 +136,9 @@ def majority(completions: Completions | list[Example], normalize: Callable[[Any]
         if template is None:
             raise ValueError("majority: pass field=... (these completions have no template)")
         field = template.keys[-1]
+    if context is not None:
+        found = [c for c in items if isinstance(c.get(field), str) and passage_match(context, c.get(field))]
+        items = found or items
     norm = normalize if normalize is not None else (lambda value: value)
     keys = [norm(c.get(field)) for c in items]
     voting = [k for k in keys if k is not None and k != ""] or keys

@@ -12,6 +12,7 @@ what changed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import importlib
 import inspect
@@ -56,7 +57,8 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="program options, e.g. k=5 n=10")
     run.add_argument("--dev-seed", type=nonnegative_int, default=0, help="seed of the dev downsampling")
     run.add_argument("--compiled", type=existing_path, metavar="FILE.json",
-                     help="run the program as `dsp compile` tuned it: its demonstrations and options")
+                     help="run the program as `dsp compile` tuned it: its demonstrations and options "
+                          "(--set KEY=VALUE changes one, for an ablation; the results file's name says so)")
     ray = run.add_argument_group("Ray (a cluster)")
     ray.add_argument("--backend", choices=("threads", "ray"), default="threads",
                      help="threads in this process, or batches as Ray tasks on a cluster")
@@ -179,11 +181,13 @@ def _bound(task: Task, program: Callable, train: list, options: dict[str, Any], 
 
 # -- the commands ---------------------------------------------------------------------------------------
 
-def _compiled(task: Task, args: argparse.Namespace, program: Callable) -> tuple[Any, str]:
-    """The compiled program of --compiled (checked against the program asked for) and its digest (of what
-    decides its answers: a compile rerun and saved again with a new table is the same program)."""
-    if args.preset or args.set:
-        raise UsageError("--compiled fixes the program's options: drop --preset and --set")
+def _compiled(task: Task, args: argparse.Namespace, program: Callable,
+              changes: dict[str, Any]) -> tuple[Any, str, dict[str, Any]]:
+    """The compiled program of --compiled (checked against the program asked for) with the options --set
+    changes (an ablation), its digest (of what decides its answers: a compile rerun and saved again with a
+    new table is the same program) and the options that differ from the compiled ones."""
+    if args.preset:
+        raise UsageError("--compiled fixes the program's options: drop --preset (--set KEY=VALUE changes one)")
     try:
         compiled = dsp.load_compiled(args.compiled)
     except (ValueError, ImportError) as error:
@@ -192,13 +196,17 @@ def _compiled(task: Task, args: argparse.Namespace, program: Callable) -> tuple[
     if dsp.compiling.program_name(compiled.program) != made_for:
         raise UsageError(f"--compiled {args.compiled} holds {dsp.compiling.program_name(compiled.program)}, not "
                          f"{made_for} ({args.program} on {task.name})")
-    return compiled, compiled.digest()
+    current = effective_options(program, compiled.options)
+    changed = {key: value for key, value in changes.items() if current.get(key, object()) != value}
+    if changed:
+        compiled = dataclasses.replace(compiled, options={**compiled.options, **changed})
+    return compiled, compiled.digest(), changed
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     task = TASKS[args.dataset]
     program, options = resolve_program(task, args.program, args.preset, parse_set(args.set))
-    compiled, digest = _compiled(task, args, program) if args.compiled else (None, None)
+    compiled, digest, ablation = _compiled(task, args, program, options) if args.compiled else (None, None, {})
     runner = _runner(args, task)
     lm_text = lm_spec(args)
     rm_text = _rm_choice(args)
@@ -226,7 +234,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                         "options": dsp.evaluation.describe(effective_options(program, options)),
                         "shots": args.shots}
             if compiled is not None:
-                out = out_dir / f"{task.name}-{args.program}-compiled_{Path(args.compiled).stem}-seed{seed}.jsonl"
+                parts = [task.name, args.program, f"compiled_{Path(args.compiled).stem}"] + ([_slug(ablation)] if ablation else [])
+                out = out_dir / ("-".join(parts + [f"seed{seed}"]) + ".jsonl")
                 identity.update(compiled=digest, options=dsp.evaluation.describe(compiled.options), shots=None)
                 bound = Conversations(dev, compiled) if task.conversational else compiled
             else:
