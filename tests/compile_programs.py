@@ -7,7 +7,7 @@ import re
 import dsp
 from templates.qa import qa, qa_with_cot
 
-__all__ = ["reader", "cot_reader", "evidence", "magic_respond", "wrong_respond", "MAGIC"]
+__all__ = ["reader", "cot_reader", "evidence", "magic_respond", "wrong_respond", "lucky", "as_written", "MAGIC"]
 
 MAGIC = "which demo unlocks the answers?"
 
@@ -45,3 +45,14 @@ def cot_reader(question: str, train: list, demos: list | None = None) -> dsp.Exa
 def wrong_respond(prompt: str, request: dict) -> list[str]:
     """A model that reasons and always answers wrong."""
     return [" guess wildly.\n\nAnswer: wrong"]
+
+
+def lucky(question: str, train: list, demos: list | None = None, luck: int = 0, first: tuple = ()) -> dsp.Example:
+    """No LM: right ("a<N>" for "what is q<N>?") on the questions in `first` when `luck`, on the others when not."""
+    right = (question in first) == bool(luck)
+    return dsp.Example(question=question, answer=f"a{question[9:-1]}" if right else "no")
+
+
+def as_written(question: str, train: list, demos: list | None = None, luck: int = 0, first: tuple = ()) -> dsp.Example:
+    """`lucky` with every option ignored: every candidate answers as the program as written."""
+    return lucky(question, train, first=first)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from compile_programs import MAGIC, cot_reader, evidence, magic_respond, reader, wrong_respond
+from compile_programs import MAGIC, as_written, cot_reader, evidence, lucky, magic_respond, reader, wrong_respond
 from helpers import ScriptedLM
 
 import dsp
@@ -173,6 +173,25 @@ def test_a_bigger_bootstrap_reruns_only_the_candidates_that_draw_on_it(tmp_path)
     assert runs[8][0] < runs[25][0]  # the bigger bootstrap found more passing traces
     # The second compile: 17 new bootstrap runs + the augmented candidate's 10 questions, nothing else.
     assert runs[25][1] == (25 - 8) + 10
+
+
+def test_halving_keeps_the_program_as_written_to_the_last_rung_and_gives_it_ties(tmp_path):
+    """A candidate that is right only on the first quarter of the validation part tops the first rung; the
+    program as written, wrong there and right on the rest, still runs on all of it and is chosen."""
+    train = _trainset(80)
+    _, heldout = split_train(train, 24, 0)
+    first = sorted(e.question for e in heldout[:6])  # rungs: 6, 12, 24 questions
+
+    space = Space(options={"luck": [1, 2]}, demos=DemoSpace(kinds=("raw",), ks=(1,), selects=("random",), seeds=1))
+    compiled = dsp.compile(lucky, train, dsp.EM, space=space, candidates=3, val=24, options={"first": first},
+                           out=tmp_path / "c", progress=False)
+    rows = {row["key"]: row for row in compiled.table}
+    assert compiled.candidate["key"] == "baseline" and rows["baseline"]["n"] == 24 and rows["baseline"]["score"] == 75.0
+    assert {row["n"] for key, row in rows.items() if key != "baseline"} <= {12, 24}
+    # Every candidate answering as the program as written: the tie goes to the program as written.
+    same = dsp.compile(as_written, train, dsp.EM, space=space, candidates=3, val=24, options={"first": first},
+                       out=tmp_path / "d", progress=False)
+    assert same.candidate["key"] == "baseline"
 
 
 def test_the_compiled_program_round_trips_as_json(tmp_path):

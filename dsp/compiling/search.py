@@ -7,7 +7,7 @@ candidate also sets the program's own options (k, n, temperature, chain of thoug
 and may name a retriever. Every candidate is scored on the validation part
 only, by `dsp.evaluate` (parallel, every call cached, each candidate's rows in a resumable file of its
 own), with successive halving: all candidates on the first quarter, the best third on half, the best
-on all of it. The best becomes a `Compiled` program; the table of candidates, with their scores and
+of those on all of it, the program as written on every rung beside them (a tie goes to it). The best becomes a `Compiled` program; the table of candidates, with their scores and
 intervals, goes with it. Nothing outside the training set reaches the LM.
 
 >>> compiled = dsp.compile(partial(open_qa.dsp_program), pool, dsp.EM,                    # doctest: +SKIP
@@ -230,6 +230,13 @@ def compile(
             scored.sort(key=lambda item: (item[0], item[1]))
             keep = 1 if rung == len(rungs) else max(2, math.ceil(len(scored) / 3))
             alive = [candidate for _, _, candidate in scored[:keep]]
+            if rung < len(rungs):
+                # The program as written runs every rung, first (a tie goes to it): a candidate is chosen
+                # only after beating it on the whole validation part, not on a lucky quarter.
+                alive = [chosen[0]] + [candidate for candidate in alive if candidate is not chosen[0]]
+                if bar is not None:
+                    bar.total = bar.n + _rung_runs(len(alive), rungs[rung:])
+                    bar.refresh()
     finally:
         if bar is not None:
             bar.close()
@@ -256,11 +263,16 @@ def compile(
 
 
 def _rung_runs(n: int, rungs: list[int]) -> int:
+    """At most how many candidate runs the halving makes from `n` candidates: all of them, then on each later
+    rung the best third (at least 2) plus the program as written (one fewer when it is among them).
+
+    >>> _rung_runs(12, [20, 40, 80]), _rung_runs(3, [20, 40, 80]), _rung_runs(5, [60])
+    (20, 9, 5)
+    """
     total, alive = 0, n
     for rung in range(len(rungs)):
         total += alive
-        alive = 1 if rung == len(rungs) - 1 else max(2, math.ceil(alive / 3))
-        alive = min(alive, n)
+        alive = min(n, max(2, math.ceil(alive / 3)) + 1)
     return total
 
 
