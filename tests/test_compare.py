@@ -54,6 +54,14 @@ def test_the_first_n_examples_and_the_shared_ones(tmp_path):
         compare_runs([a, short], n=20)
     shared = compare_runs([a, short])  # no n: the examples every file has, said in a note
     assert shared.n == 10 and any("a: 20 examples, compared on the 10 every run has" in n for n in shared.notes)
+    # skip: examples 2..9 only (a is right on 2; short on 5), said in a note
+    rest = compare_runs([a, short], n=10, skip=2)
+    assert [r.n for r in rest.runs] == [8, 8] and [r.score for r in rest.runs] == [12.5, 12.5]
+    assert rest.notes[0] == "the first 2 examples left out"
+    with pytest.raises(dsp.IncompleteRun, match=r"short.jsonl: has 5 of examples 5 to 14 .*index 10"):
+        compare_runs([a, short], n=15, skip=5)
+    with pytest.raises(ValueError, match="skip must be a non-negative integer below n"):
+        compare_runs([a, short], n=10, skip=10)
 
 
 def test_runs_of_another_metric_or_task_are_refused(tmp_path):
@@ -119,7 +127,9 @@ def test_the_cli_prints_the_table_and_refuses_bad_files_in_one_line(tmp_path, ca
     for argv, message in [([str(a), str(b), "--n", "30"], "b.jsonl: has 20 of the first 30"),
                           ([str(a), str(tmp_path / "none.jsonl")], "none.jsonl: no such results file"),
                           ([str(a), str(tmp_path)], "a directory; give its results files"),
-                          ([str(a), "--n", "0"], "--n")]:
+                          ([str(a), "--n", "0"], "--n"),
+                          ([str(a), "--n", "5", "--skip", "5"], "--skip 5 leaves none of the first --n 5"),
+                          ([str(a), "--skip", "-1"], "--skip")]:
         assert main(["compare", *argv]) == 2, argv
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, (argv, err)

@@ -74,7 +74,7 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
 
 
-def _load(path: Path, n: int | None) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+def _load(path: Path, n: int | None, skip: int = 0) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
     if path.is_dir():
         raise FileNotFoundError(f"{path}: a directory; give its results files (e.g. {path}/*.jsonl)")
     if not path.is_file():
@@ -85,15 +85,16 @@ def _load(path: Path, n: int | None) -> tuple[dict[str, Any], dict[int, dict[str
     by_index: dict[int, dict[str, Any]] = {}
     for row in rows:
         index = row.get("index")
-        if not isinstance(index, int) or (n is not None and index >= n):
+        if not isinstance(index, int) or index < skip or (n is not None and index >= n):
             continue
         # An example that failed is retried on resume: a later row that finished replaces it.
         if index not in by_index or by_index[index].get("error") is not None:
             by_index[index] = row
     if n is not None:
-        missing = [i for i in range(n) if i not in by_index]
+        missing = [i for i in range(skip, n) if i not in by_index]
         if missing:
-            raise IncompleteRun(f"{path}: has {n - len(missing)} of the first {n} examples (first missing: index "
+            what = f"the first {n} examples" if not skip else f"examples {skip} to {n - 1}"
+            raise IncompleteRun(f"{path}: has {n - skip - len(missing)} of {what} (first missing: index "
                                 f"{missing[0]}): finish it with the command that made it, or compare fewer")
     return identity, by_index
 
@@ -102,9 +103,10 @@ def _key(row: Mapping[str, Any]) -> str:
     return f"{row['index']}:{row.get('id')}"
 
 
-def compare_runs(paths: Sequence[str | os.PathLike], n: int | None = None) -> Comparison:
+def compare_runs(paths: Sequence[str | os.PathLike], n: int | None = None, skip: int = 0) -> Comparison:
     """Compare the runs in `paths` (results files of `dsp.evaluate` or `dsp run`) on the first `n`
-    examples of each (all of them must have these), or without `n` on the examples every file has.
+    examples of each (all of them must have these), or without `n` on the examples every file has;
+    `skip` leaves out the first examples (e.g. those a design decision was made on: the rest are a clean test).
 
     The first file is the one every other is paired with (e.g. the compiled program against the seeds
     of a baseline). Raises `FileNotFoundError`, `RunMismatch` (no header; another metric, task or dev
@@ -114,10 +116,12 @@ def compare_runs(paths: Sequence[str | os.PathLike], n: int | None = None) -> Co
         raise ValueError("compare_runs needs at least one results file")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ValueError(f"n must be a positive integer, got {n!r}")
+    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0 or (n is not None and skip >= n):
+        raise ValueError(f"skip must be a non-negative integer below n, got {skip!r}" + (f" with n={n}" if n else ""))
     loaded, incomplete = [], []
     for p in paths:
         try:
-            loaded.append((Path(p), *_load(Path(p), n)))
+            loaded.append((Path(p), *_load(Path(p), n, skip)))
         except IncompleteRun as error:  # name every file that lacks examples, not just the first
             incomplete.append(str(error))
     if incomplete:
@@ -137,6 +141,8 @@ def compare_runs(paths: Sequence[str | os.PathLike], n: int | None = None) -> Co
         raise IncompleteRun(f"{', '.join(str(p) for p in paths)}: these runs share no example")
     notes = [f"{name}: {len(s)} examples, compared on the {len(shared)} every run has"
              for name, s in zip(names, scores) if len(s) > len(shared)]
+    if skip:
+        notes.insert(0, f"the first {skip} examples left out")
     binary = all(v in (0.0, 1.0) for s in scores for key, v in s.items() if key in shared)
     first = {key: scores[0][key] for key in shared}
     runs: list[RunScore] = []
