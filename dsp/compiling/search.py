@@ -7,8 +7,9 @@ candidate also sets the program's own options (k, n, temperature, chain of thoug
 and may name a retriever. Every candidate is scored on the validation part
 only, by `dsp.evaluate` (parallel, every call cached, each candidate's rows in a resumable file of its
 own), with successive halving: all candidates on the first quarter, the best third on half, the best
-of those on all of it, the program as written on every rung beside them (a tie goes to it). The best becomes a `Compiled` program; the table of candidates, with their scores and
-intervals, goes with it. Nothing outside the training set reaches the LM.
+of those on all of it, and the program as written on every rung beside them (a tie goes to it). The
+best becomes a `Compiled` program; the table of candidates, with their scores and intervals, goes
+with it. Nothing outside the training set reaches the LM.
 
 >>> compiled = dsp.compile(partial(open_qa.dsp_program), pool, dsp.EM,                    # doctest: +SKIP
 ...                        space=Space(options={"k": [1, 3]}), candidates=8, out="runs/compile/nq-dsp")
