@@ -4,6 +4,7 @@ exit 2, no traceback), runs that can never report stale rows, failed examples th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -116,6 +117,21 @@ def test_a_bad_argument_in_a_real_process_prints_no_traceback():
     out = subprocess.run([sys.executable, "-m", "programs.cli", "run", "vanilla", "--n", "-5"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+
+
+def test_output_closed_by_its_reader_ends_quietly(tmp_path):
+    """`dsp compare ... | head`: the reader is gone before the table is written; no traceback, status 141."""
+    path = tmp_path / "a.jsonl"
+    dsp.evaluate(lambda question: "x", [dsp.Example(question="q", answer="x")], dsp.EM, out=path, run={"task": "t"},
+                 progress=False, display=False)
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone before anything is written: the first write fails
+    try:
+        out = subprocess.run([sys.executable, "-m", "programs.cli", "compare", str(path)], stdout=write,
+                             stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write)
+    assert out.returncode == 141 and out.stderr == ""
 
 
 def test_help_shows_defaults_and_the_right_program_names(capsys):

@@ -19,6 +19,7 @@ run in which examples failed exits with status 1 after naming the first error.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Sequence
 
@@ -64,6 +65,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\n{prog}: interrupted; finished examples are saved: run the same command again to resume",
               file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of the output went away (`dsp compare ... | head`): stop quietly, as Unix tools do;
+        # stdout goes to /dev/null so the interpreter's last flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
