@@ -234,8 +234,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                         "options": dsp.evaluation.describe(effective_options(program, options)),
                         "shots": args.shots}
             if compiled is not None:
-                parts = [task.name, args.program, f"compiled_{Path(args.compiled).stem}"] + ([_slug(ablation)] if ablation else [])
-                out = out_dir / ("-".join(parts + [f"seed{seed}"]) + ".jsonl")
+                changed = f"-{_slug(ablation)}" if ablation else ""  # an ablation's options, as results_name does
+                stem = f"{task.name}-{args.program}-compiled_{Path(args.compiled).stem}{changed}"
+                out = out_dir / f"{stem}-seed{seed}.jsonl"
                 identity.update(compiled=digest, options=dsp.evaluation.describe(compiled.options), shots=None)
                 bound = Conversations(dev, compiled) if task.conversational else compiled
             else:
