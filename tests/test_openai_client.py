@@ -38,7 +38,9 @@ from fault_server import FAULT_KINDS, FaultServer, expected_text
 
 FAST = RetryPolicy(max_retries=3, base_delay=0.002, max_delay=0.05)  # tests: millisecond backoff
 CLIENT_TIMEOUT = 0.1  # seconds per attempt; the server's "slow" fault answers after SLOW_SECONDS
-SLOW_SECONDS = 0.3
+# Far beyond the timeout: httpx's read timeout starts when the client begins to read, so a client thread
+# held up ~0.2 s between sending and reading (busy 2-core CI) took a 0.3 s answer as on time.
+SLOW_SECONDS = 2.0
 # How a server-side fault shows in the client's failed-attempt counters.
 FAULT_LABEL = {"429": "HTTP 429", "500": "HTTP 500", "503": "HTTP 503", "slow": "timeout",
                "reset": "connection", "truncated": "bad_response"}
