@@ -131,18 +131,11 @@ def _topk(passages: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 def _describe(rm: Any) -> dict[str, Any]:
-    """What /health tells a client about the RM: class, provider, index name and passage count. Not its
-    repr, which holds the server's file paths; the index name is the last part of its path alone."""
-    try:
-        passages = len(rm)
-    except TypeError:  # a duck-typed RM (a function) has no size
-        passages = None
-    source = getattr(rm, "index_dir", None) or getattr(rm, "source", None)
-    # An in-memory corpus's source is the word "passages": that names no index.
-    index = Path(source).name if isinstance(source, (str, os.PathLike)) and str(source) != "passages" else None
-    provider = getattr(rm, "provider", None)
-    return {"rm": type(rm).__name__, "provider": provider if isinstance(provider, str) else None,
-            "index": index or None, "passages": passages if isinstance(passages, int) else None}
+    """What /health tells a client about the RM: its class and what the RM declares (`RM.describe`:
+    provider, index name, passage count; never its repr, which holds the server's file paths). A
+    duck-typed RM (a plain function) declares nothing."""
+    described = rm.describe() if isinstance(rm, RM) else {"provider": None, "index": None, "passages": None}
+    return {"rm": type(rm).__name__, **described}
 
 
 class RMServer(ThreadingHTTPServer):

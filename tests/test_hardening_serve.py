@@ -124,6 +124,19 @@ def test_health_of_a_duck_typed_rm():
                       "searches": 0}
 
 
+def test_health_says_what_each_rm_declares():
+    # An RM subclass declares its provider; an in-memory index has a size but no index name; a size the
+    # RM does not declare stays None even when the object happens to have a `passages` list.
+    bm25 = pytest.importorskip("dsp.clients.bm25", reason="dsp.clients.bm25 is not available")
+    for rm, expected in ((TinyRM(), {"rm": "TinyRM", "provider": "tiny", "index": None, "passages": None}),
+                         (bm25.BM25(PASSAGES), {"rm": "BM25", "provider": "bm25s", "index": None,
+                                                "passages": len(PASSAGES)})):
+        with served(rm) as server:
+            status, health = ask(server.server_address[1], "GET", "/health")
+        assert status == 200
+        assert health == {"status": "ok", **expected, "searches": 0}
+
+
 # -- 7: the listen backlog under a burst of new connections ------------------------------------------------
 
 CONNECTIONS = 200

@@ -33,7 +33,7 @@ from ..datasets.corpus import (
     CorpusError, MappedPassages, corpus_fingerprint, normalize_passages, read_passages, write_passages,
 )
 from .index_meta import begin_index_write, read_index_meta, write_index_meta
-from .rm import RM, Passage, check_queries
+from .rm import RM, Passage, check_queries, index_name
 
 __all__ = ["BM25", "top_k_indices"]
 
@@ -169,6 +169,9 @@ class BM25(RM):
 
     def __len__(self) -> int:
         return len(self.passages)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "index": index_name(self.source), "passages": len(self)}
 
     def _term_ids(self, tokens: list[str]) -> list[int]:
         vocab = self._retriever.vocab_dict

@@ -38,7 +38,7 @@ from ..datasets.corpus import (
     CorpusError, MappedPassages, corpus_fingerprint, normalize_passages, read_passages, write_passages,
 )
 from .index_meta import META_NAME, begin_index_write, read_index_meta, write_index_meta
-from .rm import RM
+from .rm import RM, index_name
 
 __all__ = ["ColBERTLocal", "INDEX_FORMAT", "COLBERT_INSTALL_HINT", "check_extension_locks"]
 
@@ -277,6 +277,9 @@ class ColBERTLocal(RM):
 
     def __len__(self) -> int:
         return len(self.passages)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "index": index_name(self.index_dir), "passages": len(self)}
 
     def _search(self, query: str, k: int, **params: Any) -> list[dict[str, Any]]:
         if params:

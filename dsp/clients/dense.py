@@ -32,7 +32,7 @@ from ..datasets.corpus import (
 )
 from ..settings import settings
 from .index_meta import begin_index_write, read_index_meta, write_index_meta
-from .rm import RM, Passage, check_queries
+from .rm import RM, Passage, check_queries, index_name
 from .vectorizers import E5Vectorizer, Vectorizer, vectorizer_from_description
 
 __all__ = ["DenseRM", "FLAT_LIMIT", "default_nlist", "default_nprobe"]
@@ -169,6 +169,9 @@ class DenseRM(RM):
 
     def __len__(self) -> int:
         return len(self.passages)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "index": index_name(self.source), "passages": len(self)}
 
     def _hits(self, vectors: np.ndarray, k: int) -> list[list[dict[str, Any]]]:
         k = min(k, len(self.passages))

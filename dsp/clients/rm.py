@@ -18,16 +18,18 @@ passages, or malformed: it raises and the next call asks again), and completes e
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from .. import cache as _cache
 from ..example import Example
 from .lm import HISTORY_SIZE, check_text
 
-__all__ = ["RM", "Passage", "softmax", "check_query", "check_queries", "check_count"]
+__all__ = ["RM", "Passage", "softmax", "check_query", "check_queries", "check_count", "index_name"]
 
 
 class Passage(Example):
@@ -42,6 +44,18 @@ def softmax(scores: Sequence[float]) -> list[float]:
     exps = [math.exp(s - top) for s in scores]
     total = sum(exps)
     return [e / total for e in exps]
+
+
+def index_name(source: str | os.PathLike | None) -> str | None:
+    """The name an RM's index goes by in public (a server's /health): the last part of its path, never
+    the path itself; None for passages held in memory (whose source is the word "passages").
+
+    >>> index_name("/srv/indexes/wiki-bm25"), index_name("passages")
+    ('wiki-bm25', None)
+    """
+    if source is None or str(source) == "passages":
+        return None
+    return Path(source).name or None
 
 
 def check_count(value: Any, name: str = "k") -> None:
@@ -114,6 +128,11 @@ class RM:
 
     def cache_identity(self) -> dict[str, Any]:
         return {"provider": self.provider}
+
+    def describe(self) -> dict[str, Any]:
+        """What a server tells its clients about this RM: provider, index name (`index_name`: no path)
+        and passage count, None where the client does not know them."""
+        return {"provider": self.provider, "index": None, "passages": None}
 
     def _search(self, query: str, k: int, **params: Any) -> list[dict[str, Any]]:
         raise NotImplementedError(f"{type(self).__name__} must implement _search(query, k)")
