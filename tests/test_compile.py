@@ -194,6 +194,28 @@ def test_halving_keeps_the_program_as_written_to_the_last_rung_and_gives_it_ties
     assert same.candidate["key"] == "baseline"
 
 
+def test_the_program_as_written_is_searched_with_other_option_values(tmp_path):
+    """Its own demonstrations are a demo choice like any other: the program as written with another option
+    value is a candidate (and can win), and with the value it already has (its default, or one fixed by
+    `options`) it is the baseline, not a second candidate."""
+    train = _trainset(80)
+    _, heldout = split_train(train, 24, 0)
+    first = tuple(e.question for e in heldout)  # lucky(luck=1) is right on every validation question
+    space = Space(options={"luck": [0, 1]}, demos=DemoSpace(kinds=("raw",), ks=(1,), selects=("random",), seeds=1))
+    compiled = dsp.compile(lucky, train, dsp.EM, space=space, candidates=10, val=24, options={"first": first},
+                           out=tmp_path / "c", progress=False)
+    assert sorted(row["key"] for row in compiled.table) == ["baseline", "baseline-luck1", "raw1-random0-luck0",
+                                                             "raw1-random0-luck1"]  # no baseline-luck0: luck=0 is its default
+    assert compiled.candidate["key"] == "baseline-luck1"  # ties with raw1-random0-luck1; the grid's order decides
+    assert compiled.demos is None and compiled.options == {"first": first, "luck": 1}
+    assert compiled.table[0]["score"] == 100.0 and compiled.table[0]["vs_baseline"]["a_only"] == 24
+    fixed = dsp.compile(lucky, train, dsp.EM, space=space, candidates=10, val=24, options={"first": first, "luck": 1},
+                        out=tmp_path / "d", progress=False)
+    assert sorted(row["key"] for row in fixed.table) == ["baseline", "baseline-luck0", "raw1-random0-luck0",
+                                                          "raw1-random0-luck1"]
+    assert fixed.candidate["key"] == "baseline"
+
+
 def test_the_compiled_program_round_trips_as_json(tmp_path):
     train = _trainset()
     lm = ScriptedLM(magic_respond)
@@ -353,14 +375,14 @@ def test_compile_arguments_are_checked_before_any_model_loads(data_dir, tmp_path
 def test_a_small_sample_of_a_big_space_covers_every_value():
     from programs.open_qa import SEARCH
     space = Space(options=SEARCH["retrieve_then_read"], demos=DemoSpace(ks=(1, 3, 5)))
-    assert len(space.grid()) == 325
+    assert len(space.grid()) == 1 + (27 + 1) * 12  # the program's own demos are a demo choice too
     for seed in range(20):
         picked = space.candidates(6, seed=seed)[1:]
         assert len({c.key for c in picked}) == 5
         for name, values in SEARCH["retrieve_then_read"].items():
             assert {c.options[name] for c in picked} == set(values), (seed, name)
-        assert {c.demos["kind"] for c in picked} == {"raw", "augmented", "gold"}
-        assert {c.demos["k"] for c in picked} == {1, 3, 5}
+        assert {c.demos["kind"] for c in picked} == {"none", "raw", "augmented", "gold"}
+        assert {c.demos.get("k") for c in picked} == {None, 1, 3, 5}
 
 
 def test_a_moot_option_is_never_searched_where_it_has_no_effect():
@@ -368,7 +390,7 @@ def test_a_moot_option_is_never_searched_where_it_has_no_effect():
     from programs.open_qa import MOOT, SEARCH
     space = Space(options=SEARCH["retrieve_then_read"], demos=DemoSpace(ks=(1, 3, 5)), moot=MOOT)
     grid = space.grid()
-    assert len(grid) == 1 + 27 * (2 + 2 * 2 * 2)  # k=1 keeps only demo_context's two values
+    assert len(grid) == 1 + 28 * (2 + 2 * 2 * 2)  # k=1 keeps only demo_context's two values
     assert all(("order" in c.options) == (c.options.get("k") != 1) for c in grid[1:])
     assert len({c.key for c in grid}) == len(grid)
     for seed in range(10):
@@ -378,7 +400,7 @@ def test_a_moot_option_is_never_searched_where_it_has_no_effect():
     # k fixed to 1 for every candidate (a preset): order is searched nowhere.
     fixed = Space(options={"n": [1, 5], "order": SEARCH["dsp"]["order"]}, demos=DemoSpace(kinds=("raw",)), moot=MOOT)
     assert all("order" not in c.options for c in fixed.grid(fixed={"k": 1}))
-    assert len(fixed.grid(fixed={"k": 1})) == 1 + 9 * 2 and len(fixed.grid(fixed={"k": 2})) == 1 + 9 * 4
+    assert len(fixed.grid(fixed={"k": 1})) == 1 + 10 * 2 and len(fixed.grid(fixed={"k": 2})) == 1 + 10 * 4
     assert any("order" in c.options for c in fixed.candidates(6, fixed={"k": 3}))
     with pytest.raises(ValueError, match="moot"):
         Space(moot={"order": ["k"]})
@@ -444,9 +466,11 @@ def test_compile_chooses_the_retriever_that_finds_the_answers(tmp_path):
     train = [dsp.Example(question=f"what is q{i}?", answer=[f"a{i}"]) for i in range(40)]
     space = Space(demos=DemoSpace(kinds=("raw",), ks=(2,), selects=("random",), seeds=1), rms=["good"])
     with dsp.settings.context(lm=ScriptedLM(read_respond), rm=bad):
-        compiled = dsp.compile(retrieve_then_read, train, dsp.EM, space=space, candidates=3, val=10,
+        compiled = dsp.compile(retrieve_then_read, train, dsp.EM, space=space, candidates=4, val=10,
                                rms={"good": good}, progress=False)
-        assert sorted(row["key"] for row in compiled.table) == ["baseline", "raw2-random0", "raw2-random0-rm_good"]
+        # The program as written is searched with the other retriever too (its own demos, the good RM).
+        assert sorted(row["key"] for row in compiled.table) == ["baseline", "baseline-rm_good", "raw2-random0",
+                                                                 "raw2-random0-rm_good"]
         assert compiled.candidate["rm"] == "good" and compiled.rm_spec == good.spec
         assert {row["key"]: row["score"] for row in compiled.table}["raw2-random0"] == 0.0
         loaded = dsp.load_compiled(compiled.save(tmp_path / "c.json"))

@@ -18,6 +18,7 @@ with it. Nothing outside the training set reaches the LM.
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import random
@@ -150,12 +151,14 @@ def compile(
     if unknown:
         raise ValueError(f"the search space names retrievers {unknown} that were not given in rms=")
     base_options = dict(options or {})
+    # Where each candidate starts: the program's own values of the searched options, then `options`.
+    start = {**_defaults(program, space.options), **base_options}
     started = time.perf_counter()
     pool, heldout = split_train(trainset, val, seed)
     for i, example in enumerate(heldout):
         fields.check(example, i)
     folder = Path(out) if out is not None else None
-    chosen = space.candidates(candidates, seed, fixed=base_options)
+    chosen = space.candidates(candidates, seed, fixed=start)
     usage_before = _usage()
 
     # One bootstrap run gives both labellings: traces that passed, and traces whose context held the answer.
@@ -176,7 +179,7 @@ def compile(
         kept = tuple(kind for kind in space.demos.kinds if kind not in empty)
         if empty and kept:
             space = replace(space, demos=replace(space.demos, kinds=kept))
-            chosen = space.candidates(candidates, seed, fixed=base_options)
+            chosen = space.candidates(candidates, seed, fixed=start)
     augmented = bootstrapped["augmented"]
 
     def candidate_program(candidate: Candidate) -> Compiled:
@@ -298,6 +301,16 @@ def _usage() -> dict[str, float]:
     lm = settings.lm
     usage = lm.usage if isinstance(lm, LM) else Usage()
     return usage.as_dict()
+
+
+def _defaults(program: Callable[..., Any], names: Sequence[str]) -> dict[str, Any]:
+    """The program's default value of each of `names` that its signature gives one."""
+    try:
+        parameters = inspect.signature(program).parameters
+    except (TypeError, ValueError):  # a callable whose signature Python cannot read: no defaults known
+        return {}
+    return {name: p.default for name, p in parameters.items()
+            if name in names and p.default is not inspect.Parameter.empty}
 
 
 def _with_train(program: Callable[..., Any], train: list[Example]) -> Callable[..., Any]:

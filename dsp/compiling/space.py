@@ -1,16 +1,16 @@
 """What `dsp.compile` searches: candidates that differ in their demonstrations and in the program's options.
 
 A candidate is plain data: its demonstrations (`kind` "none": the program draws its own from the
-training set, as written by hand; "raw": k training examples as they are; "augmented": k bootstrapped
-traces that passed, then raw ones up to k; "gold": k bootstrapped traces whose context held a gold
-answer, labelled with it, then raw ones; `select` "random" with a seed, or "knn": the k nearest to
+training set, as written by hand, alone (the baseline) or with other option values; "raw": k training
+examples as they are; "augmented": k bootstrapped traces that passed, then raw ones up to k; "gold": k
+bootstrapped traces whose context held a gold answer, labelled with it, then raw ones; `select` "random" with a seed, or "knn": the k nearest to
 each question), the program's option values, and the name of the retriever. An option can be moot
 under another's value (`Space.moot`: passage order when k=1): it is then left out, and the candidates
 it would have told apart are one.
 
 >>> space = Space(options={"k": [1, 3]}, demos=DemoSpace(kinds=("raw",), ks=(3,), selects=("random",)))
 >>> [c.key for c in space.candidates(4, seed=0)]
-['baseline', 'raw3-random0-k1', 'raw3-random0-k3', 'raw3-random1-k3']
+['baseline', 'baseline-k3', 'raw3-random0-k3', 'raw3-random1-k1']
 """
 
 from __future__ import annotations
@@ -62,6 +62,11 @@ def _features(candidate: "Candidate") -> list[tuple[str, str]]:
              ("demos.select", str(demos.get("select")))]
     found += [(f"option.{name}", repr(value)) for name, value in sorted(candidate.options.items())]
     return found + [("rm", str(candidate.rm))]
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal with their types: True is not the 1 of k=1."""
+    return type(a) is type(b) and a == b
 
 
 def _slug(value: Any) -> str:
@@ -120,23 +125,23 @@ class Space:
         """`options` without those made moot by another value (searched, or fixed for every candidate)."""
         values = {**fixed, **options}
 
-        def same(a: Any, b: Any) -> bool:  # compared with their types: True is not the 1 of k=1
-            return type(a) is type(b) and a == b
-
         def moot(name: str) -> bool:
-            return any(other in values and any(same(v, values[other]) for v in moot_values)
+            return any(other in values and any(_same(v, values[other]) for v in moot_values)
                        for other, moot_values in self.moot.get(name, {}).items())
 
         return {name: value for name, value in options.items() if not moot(name)}
 
     def grid(self, fixed: Mapping[str, Any] | None = None) -> list[Candidate]:
         """Every distinct combination (the baseline first); `fixed` are the options every candidate
-        starts from, which can make a searched one moot.
+        starts from (the program's defaults and a preset), which can make a searched one moot. The
+        program's own demonstrations are one of the demo choices: the program as written with another
+        option value (its own demos and another k) is a candidate too; with the value it starts from,
+        it is the baseline again and left out.
 
         >>> space = Space(options={"k": [1, 3], "order": ["relevance", "lost_in_the_middle"]},
         ...               demos=DemoSpace(kinds=("raw",), ks=(3,), selects=("knn",)), moot={"order": {"k": [1]}})
-        >>> [c.key for c in space.grid()]
-        ['baseline', 'raw3-knn-k1', 'raw3-knn-k3-orderrelevance', 'raw3-knn-k3-orderlost_in_the_middle']
+        >>> [c.key for c in space.grid(fixed={"k": 1})][:4]
+        ['baseline', 'baseline-k3-orderrelevance', 'baseline-k3-orderlost_in_the_middle', 'raw3-knn-k1']
         >>> [c.key for c in Space(options={"order": ["relevance", "lost_in_the_middle"]},
         ...                       moot={"order": {"k": [1]}}, demos=space.demos).grid(fixed={"k": 1})]
         ['baseline', 'raw3-knn']
@@ -147,8 +152,11 @@ class Space:
                        for values in itertools.product(*(self.options[n] for n in names))]
         rms: Sequence[str | None] = [None, *self.rms]  # None: the current RM, as the program was written for
         out = [Candidate({"kind": "none"}, {}, None)]
-        seen: set[str] = set()
-        for demos, options, rm in itertools.product(self.demos.choices(), option_sets, rms):
+        seen: set[str] = {out[0].key}
+        for demos, options, rm in itertools.product([{"kind": "none"}, *self.demos.choices()], option_sets, rms):
+            if demos["kind"] == "none":  # a value the program already has changes nothing in it
+                options = {name: value for name, value in options.items()
+                           if not (name in fixed and _same(value, fixed[name]))}
             candidate = Candidate(demos, options, rm)
             if candidate.key not in seen:
                 seen.add(candidate.key)
