@@ -3,10 +3,10 @@
 A candidate is plain data: its demonstrations (`kind` "none": the program draws its own from the
 training set, as written by hand, alone (the baseline) or with other option values; "raw": k training
 examples as they are; "augmented": k bootstrapped traces that passed, then raw ones up to k; "gold": k
-bootstrapped traces whose context held a gold answer, labelled with it, then raw ones; `select` "random" with a seed, or "knn": the k nearest to
-each question), the program's option values, and the name of the retriever. An option can be moot
-under another's value (`Space.moot`: passage order when k=1): it is then left out, and the candidates
-it would have told apart are one.
+bootstrapped traces whose context held a gold answer, labelled with it, then raw ones; `select`
+"random" with a seed, or "knn": the k nearest to each question), the program's option values, and the
+name of the retriever. An option can be moot under another's value (`Space.moot`: passage order when
+k=1): it is then left out, and the candidates it would have told apart are one.
 
 >>> space = Space(options={"k": [1, 3]}, demos=DemoSpace(kinds=("raw",), ks=(3,), selects=("random",)))
 >>> [c.key for c in space.candidates(4, seed=0)]
