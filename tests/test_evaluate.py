@@ -229,6 +229,34 @@ def test_a_torn_last_line_is_set_aside_once_and_the_next_row_survives(tmp_path, 
     assert again.resumed == 3 and not caplog.records  # repaired once: no warning on later resumes
 
 
+def test_a_run_resumed_on_another_machine_says_where_its_rows_were_made(tmp_path, caplog, monkeypatch):
+    """A local model's answers can round differently on another processor: the file records each machine."""
+    from dsp.evaluation import log as run_log
+
+    here = run_log.machine()
+    assert here["cpu"] and here["system"] and "llama-cpp-python" in here["runtimes"]
+    out = tmp_path / "run.jsonl"
+    dev = [dsp.Example(question=f"q{i}", answer=f"Q{i}") for i in range(3)]
+    dsp.evaluate(str.upper, dev[:2], out=out, progress=False, display=False)
+    other = {**here, "cpu": "another processor", "cpu_flags": ["avx2"]}
+    monkeypatch.setattr(run_log, "machine", lambda: other)
+    with caplog.at_level("WARNING", logger="dsp.evaluate"):
+        result = dsp.evaluate(str.upper, dev, out=out, progress=False, display=False)
+    assert result.resumed == 2 and result.score == 100.0
+    assert sum("made on another machine" in r.getMessage() and "another processor" in r.getMessage()
+               for r in caplog.records) == 1
+    headers = [json.loads(line)["dsp_run"] for line in out.read_text().splitlines() if '"dsp_run"' in line]
+    assert [h["machine"]["cpu"] for h in headers] == [here["cpu"], "another processor"]
+    assert headers[0]["identity"] == headers[1]["identity"]
+    identity, rows = dsp.evaluation.read_run(out)
+    assert identity == headers[0]["identity"] and sorted(r["index"] for r in rows) == [0, 1, 2]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="dsp.evaluate"):  # the same machine again: nothing to add
+        again = dsp.evaluate(str.upper, dev, out=out, progress=False, display=False)
+    assert again.resumed == 3 and not caplog.records
+    assert out.read_text().count('"dsp_run"') == 2
+
+
 def test_odd_keys_do_not_break_a_row():
     """A non-text key once raised "'<' not supported between 'int' and 'str'" and aborted the run."""
     result = dsp.evaluate(str.upper, [{"question": "q", "answer": "Q", 1: "x"}], progress=False, display=False)

@@ -1,7 +1,7 @@
 """The results file of an evaluation: resumable JSONL that knows what made it.
 
-The first line is a header, ``{"dsp_run": {"format": 1, "identity": {...}, "created": ...}}``, whose
-identity holds everything that decides the rows: the program (its function and bound options, the
+The first line is a header, ``{"dsp_run": {"format": 1, "identity": {...}, "created": ..., "machine": ...}}``,
+whose identity holds everything that decides the rows: the program (its function and bound options, the
 training set's digest), the metric, the declared fields, the seed, the LM and RM (their cache
 identities and default parameters) and whatever the caller adds (dataset, split, preset, shots, ...).
 Each later line is one finished example's row, appended and fsynced as it finishes.
@@ -11,6 +11,10 @@ Opening a file to resume:
 - the same identity: finished rows are reused and only the rest run;
 - another identity: `RunMismatch`, one line naming what changed (``options.k: 1 -> 3``) -- rows of
   different settings are never mixed or reported as new; write to another file instead;
+- the same identity on another machine (`machine()`: processor, its vector instructions, the LM
+  runtime's version): the rows are reused, and a second header line saying where and when the rest
+  were made is appended, with a warning -- a local model's numbers can round differently on another
+  processor and flip a few answers, and the file says which rows may differ;
 - a last line cut mid-write (a kill, a full disk): the torn text is moved to ``<file>.torn`` and the
   file is cut back to its last whole row, once, with a warning; that example runs again.
 
@@ -25,9 +29,11 @@ import inspect
 import json
 import logging
 import os
+import platform
 import threading
 import time
 from hashlib import sha256
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -35,11 +41,49 @@ from ..clients.lm import LM
 from ..clients.rm import RM
 from .rows import canonical, jsonable
 
-__all__ = ["RunLog", "RunMismatch", "describe", "identity_diff", "read_run", "FORMAT"]
+__all__ = ["RunLog", "RunMismatch", "describe", "identity_diff", "read_run", "machine", "FORMAT"]
 
 FORMAT = 1
 HEADER_KEY = "dsp_run"
 log = logging.getLogger("dsp.evaluate")
+
+
+# The packages whose version changes a local model's numbers.
+_RUNTIMES = ("llama-cpp-python",)
+# The processor features that decide which kernels llama.cpp (and numpy) run, so how they round.
+_VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+                 "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2")
+
+
+@functools.lru_cache(maxsize=1)
+def machine() -> dict[str, Any]:
+    """Where rows are made: processor, its vector instructions and the runtimes' versions (no host name).
+
+    A results file records it in its header; it is not part of the run's identity, since an LM served
+    elsewhere (an API, a server) does not depend on it, but a local model's answers can.
+
+    >>> sorted(machine())
+    ['cpu', 'cpu_flags', 'runtimes', 'system']
+    """
+    info: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())  # the first processor speaks for all
+    except OSError:  # not Linux: the processor string is all there is
+        pass
+    cpu = info.get("model name") or info.get("Model") or platform.processor() or platform.machine()
+    listed = info.get("flags") or info.get("Features")
+    flags = sorted(set(listed.split()) & set(_VECTOR_FLAGS)) if listed is not None else None
+    runtimes = {}
+    for name in _RUNTIMES:
+        try:
+            runtimes[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            runtimes[name] = None
+    return {"system": f"{platform.system()} {platform.machine()}", "cpu": cpu, "cpu_flags": flags,
+            "runtimes": runtimes}
 
 
 class RunMismatch(ValueError):
@@ -157,6 +201,14 @@ def read_run(path: str | os.PathLike) -> tuple[dict[str, Any] | None, list[dict[
     return identity, rows
 
 
+def _short_machine(made_on: Any) -> str:
+    if not isinstance(made_on, dict):
+        return repr(made_on)
+    flags = made_on.get("cpu_flags")
+    return f"{made_on.get('cpu')}, {len(flags) if isinstance(flags, list) else '?'} vector flags, " \
+           f"llama-cpp-python {(made_on.get('runtimes') or {}).get('llama-cpp-python')}"
+
+
 class RunLog:
     """The resumable results file of one run with identity `identity` (see the module docstring).
 
@@ -212,6 +264,7 @@ class RunLog:
         if self.path.exists() and self.path.stat().st_size > 0:
             self._repair_torn_tail()
             header: dict[str, Any] | None = None
+            made_on: Any = None  # the machine of the latest header line
             bad = 0
             for number, line in _lines(self.path):
                 try:
@@ -223,6 +276,8 @@ class RunLog:
                     bad += 1
                 elif HEADER_KEY in record:
                     header = header or record[HEADER_KEY]
+                    if isinstance(record[HEADER_KEY], dict):
+                        made_on = record[HEADER_KEY].get("machine")
                 elif header is None:
                     raise RunMismatch(f"{self.path} has rows but no run identity (written by an older dsp); "
                                       f"move it away or write to another file")
@@ -239,12 +294,21 @@ class RunLog:
                     raise RunMismatch(f"{self.path} holds rows of another run ({shown}); write to another file "
                                       f"or move it away")
                 self.resumed = len(done)
+                here = jsonable(machine())
+                if made_on != here:
+                    before = ("another machine (" + _short_machine(made_on) + ")" if made_on is not None
+                              else "a machine its header does not name")
+                    log.warning("%s: its rows were made on %s; the rest are made on this one (%s), and a "
+                                "header line says so", self.path, before, _short_machine(here))
+                    self._write_header()
                 return done
-        header_line = json.dumps({HEADER_KEY: {"format": FORMAT, "identity": self.identity,
-                                               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}},
-                                 ensure_ascii=False)
-        self._write(header_line)
+        self._write_header()
         return done
+
+    def _write_header(self) -> None:
+        self._write(json.dumps({HEADER_KEY: {"format": FORMAT, "identity": self.identity,
+                                             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                             "machine": jsonable(machine())}}, ensure_ascii=False))
 
     def _write(self, line: str) -> None:
         with self.path.open("a", encoding="utf-8", errors="surrogatepass") as handle:
