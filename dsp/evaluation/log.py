@@ -60,7 +60,8 @@ def machine() -> dict[str, Any]:
     """Where rows are made: processor, its vector instructions and the runtimes' versions (no host name).
 
     A results file records it in its header; it is not part of the run's identity, since an LM served
-    elsewhere (an API, a server) does not depend on it, but a local model's answers can.
+    elsewhere (an API, a server) does not depend on it, but a local model's answers can. It is the
+    machine that writes the file: with the Ray backend, the driver's, not the workers'.
 
     >>> sorted(machine())
     ['cpu', 'cpu_flags', 'runtimes', 'system']
