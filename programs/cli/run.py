@@ -249,7 +249,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{result.metric_name} {result.score:.1f} (95% CI {low:.1f} to {high:.1f}), n={len(result.rows)}")
             results.append(result)
     table = dsp.summarize_seeds(results)
-    print(table.to_string(index=False))
+    print(table.round({"score": 1}).to_string(index=False))  # one decimal, as every score line above
     print(f"{args.program} on {task.name}: {table.attrs['text']}; per-example results in {out_dir}/")
     usage = dsp.Usage()
     if args.backend == "ray":  # the workers made the calls: their per-example counts are the totals
