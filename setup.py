@@ -12,6 +12,12 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.10",
+    # The packages sit at the project's root, said explicitly: an editable install (`pip install -e .`) is
+    # then a .pth line putting the root on sys.path, not an import hook consulted after the path. So a
+    # script beside a folder named `dsp` (a clone: no __init__.py at its top) still imports this package,
+    # since a regular package anywhere on the path wins over a folder without __init__.py; with the hook,
+    # the folder won (`module 'dsp' has no attribute 'Example'`). A built wheel is the same either way.
+    package_dir={"": "."},
     packages=find_packages(include=["dsp", "dsp.*", "programs", "programs.*", "templates", "templates.*"]),
     include_package_data=True,
     # The Lost in the Middle prompt templates are part of the protocol: they ship with the package.
@@ -25,6 +31,9 @@ setup(
         "tqdm>=4.60",
         "requests>=2.31",
         "openai>=1.0",
+        # The OpenAI client's whole-attempt deadline wraps the transport of the HTTP library openai uses.
+        "httpx2>=2.16",
+        "httpcore2>=2.16",
         "bm25s>=0.3",
         "PyStemmer>=2.2",
     ],

@@ -18,8 +18,10 @@ from .clients import (
     RequestRejected, RetriesExhausted, RetryPolicy, SamplesInBatch, ScoresOptions, ServiceError, UnrecordedRequest, Usage, Vectorizer,
 )
 from .clients.specs import lm_from_spec, rm_from_spec
-from .compiling import Compiled, DemoSpace, Space, compile, load_compiled
-from .evaluation import EvaluationResult, Fields, IncompleteRun, RunMismatch, compare_runs, evaluate, summarize_seeds
+from .compiling import Compiled, DemoSpace, Space, compile, load_compiled, register_program, register_programs
+from .cache import CacheFileError
+from .evaluation import (BadRow, EvaluationResult, Fields, FileInUse, IncompleteRun, ResultsWriteError, RunMismatch,
+                         compare_runs, evaluate, summarize_seeds)
 from .example import Completions, Example
 from .metrics import (
     EM, F1, HotPotF1, answer_match, best_subspan_em, has_answer, nF1, normalize_text, passage_match,
@@ -51,8 +53,9 @@ __all__ = [
     "normalize_text", "EM", "F1", "HotPotF1", "nF1", "best_subspan_em", "has_answer", "passage_match", "answer_match",
     # evaluation
     "evaluate", "EvaluationResult", "summarize_seeds", "Fields", "RunMismatch", "compare_runs", "IncompleteRun",
+    "FileInUse", "BadRow", "ResultsWriteError", "CacheFileError",
     # compiling: programs tuned by search on their training data
-    "compile", "load_compiled", "Compiled", "Space", "DemoSpace",
+    "compile", "load_compiled", "Compiled", "Space", "DemoSpace", "register_program", "register_programs",
     # clients from text specs ("llamacpp", "openai:gpt-4o-mini", "bm25:passages.jsonl.gz", ...)
     "lm_from_spec", "rm_from_spec",
     "utils", "datasets", "stats", "__version__",

@@ -10,6 +10,11 @@ a Redis server, a `dsp.cache_redis.RedisStore` holding the same keys and the sam
 process of a cluster reuses every call (see `get_store`). In the opt-in "deferred" write mode new
 entries are committed in batches (see `dsp.cache_deferred`; `flush` commits them now).
 
+A disk cache this process may read but not write (a read-only mount, another user's file) is served
+read-only (`ReadOnlyDiskStore`): its entries answer as ever, new results are computed and returned but
+not saved, with one warning. A cache that cannot be used at all (its folder or file cannot be created or
+read, or cache.db is not an SQLite database) is a `CacheFileError` naming the path.
+
 >>> request_key({"kind": "lm", "model": "m", "prompt": "hi"}) == request_key({"prompt": "hi", "model": "m", "kind": "lm"})
 True
 """
@@ -20,28 +25,25 @@ import json
 import logging
 import os
 import threading
-import time
 from hashlib import sha256
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping
 
-import diskcache
-
+from .cache_codec import CACHE_FORMAT_VERSION, MISS, Store, encode_value
 from .cache_deferred import flush, pending_of
+from .cache_disk import CacheFileError, DiskStore, ReadOnlyDiskStore, open_disk_store
 from .settings import settings
 
 __all__ = ["CACHE_FORMAT_VERSION", "request_key", "cache_enabled", "cache_dir", "cache_url", "cache_write_mode",
-           "cached_call", "flush", "get_store", "encode_value", "Store", "DiskStore"]
+           "cached_call", "flush", "get_store", "encode_value", "Store", "DiskStore", "ReadOnlyDiskStore",
+           "CacheFileError", "MISS"]
 
-CACHE_FORMAT_VERSION = 1
 # Never part of a key: a request that carries one of these is a bug in the client that built it.
 SECRET_FIELDS = frozenset({"api_key", "apikey", "authorization", "password", "secret", "token", "access_token"})
-_MISS = object()
 log = logging.getLogger("dsp.cache")
 # Built once: json.dumps with options builds a new encoder on every call, a good part of a small dump.
 # (An encoder keeps no state between calls, so threads share these safely.)
 _KEY_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-_VALUE_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def _check_no_secrets(value: Any, path: str = "request") -> None:
@@ -139,127 +141,6 @@ def cache_dir() -> Path:
     return Path(base) / "dsp"
 
 
-def encode_value(value: Any) -> str:
-    """The JSON text a value is stored as, identical in every store (compact, UTF-8, no NaN).
-
-    >>> encode_value({"choices": [{"text": " Paris"}]})
-    '{"choices":[{"text":" Paris"}]}'
-    """
-    return _VALUE_ENCODER.encode(value)
-
-
-class Store(Protocol):
-    """What `cached_call` needs of a store: `get` (a value or the miss sentinel), set-if-absent `add`,
-    and `discard` (only for an entry that holds an error response)."""
-
-    def get(self, key: str) -> Any: ...
-
-    def add(self, key: str, value: Any) -> Any: ...
-
-    def add_text(self, key: str, text: str) -> str: ...
-
-    def add_many(self, texts: Mapping[str, str]) -> None: ...
-
-    def discard(self, key: str) -> None: ...
-
-    def __len__(self) -> int: ...
-
-    def close(self) -> None: ...
-
-
-def _readable(stored: Any, text: str) -> str:
-    """The text another writer stored first, or ours when theirs is gone or unreadable (a lost race only)."""
-    if isinstance(stored, bytes):
-        try:
-            stored = stored.decode("utf-8")
-        except UnicodeDecodeError:
-            return text
-    if not isinstance(stored, str):
-        return text
-    try:
-        json.loads(stored)
-    except ValueError:
-        return text
-    return stored
-
-
-# diskcache's Cache table (stable since diskcache 3) and the row its `add` writes for a short string
-# key and value: raw key, no expiry or tag, size 0, mode MODE_RAW (1), the text inline.
-_DISKCACHE_COLUMNS = ("rowid", "key", "raw", "store_time", "expire_time", "access_time", "access_count", "tag",
-                      "size", "mode", "filename", "value")
-_BATCH_INSERT = ("INSERT OR IGNORE INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, "
-                 "size, mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, 0, 1, NULL, ?)")
-
-
-class DiskStore:
-    """JSON values in a diskcache.Cache: no eviction, no size limit, set-if-absent writes."""
-
-    def __init__(self, directory: str | os.PathLike) -> None:
-        self.directory = Path(directory)
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise OSError(f"cannot create the dsp cache directory {self.directory}: {error}") from None
-        # Strings are stored by diskcache as raw TEXT (never pickled); eviction is off so nothing is lost.
-        self._cache = diskcache.Cache(str(self.directory), eviction_policy="none", size_limit=2**62, timeout=60, cull_limit=0)
-        columns = tuple(row[1] for row in self._cache._sql("PRAGMA table_info(Cache)").fetchall())
-        self._batch_insert = columns == _DISKCACHE_COLUMNS and diskcache.core.MODE_RAW == 1
-
-    def get(self, key: str) -> Any:
-        text = self._cache.get(key, default=_MISS, retry=True)
-        if text is _MISS:
-            return _MISS
-        try:
-            return json.loads(text)
-        except (TypeError, ValueError):
-            log.warning("dsp cache: unreadable entry %s in %s, recomputing it", key, self.directory)
-            self._cache.delete(key, retry=True)
-            return _MISS
-
-    def add(self, key: str, value: Any) -> Any:
-        """Store `value` unless another writer got there first; return whichever value is stored."""
-        # callers see exactly what a later cache hit will return
-        return json.loads(self.add_text(key, encode_value(value)))
-
-    def add_text(self, key: str, text: str) -> str:
-        """`add` for a value already encoded by `encode_value`; returns the stored text."""
-        if self._cache.add(key, text, retry=True):
-            return text
-        return _readable(self._cache.get(key, default=None, retry=True), text)
-
-    def add_many(self, texts: Mapping[str, str]) -> None:
-        """Store encoded values set-if-absent in one transaction (one commit for the whole batch).
-
-        Short values go in with one INSERT OR IGNORE statement, the rows diskcache's own `add` writes
-        for a short string (its unique (key, raw) index makes it set-if-absent); per-entry `add`
-        costs three times as much. Long ones (diskcache keeps them in files) and a table whose schema
-        is not the one this was checked against take diskcache's `add`.
-        """
-        limit = self._cache.disk_min_file_size if self._batch_insert else -1
-        short = [(key, text) for key, text in texts.items() if len(text) < limit]
-        with self._cache.transact(retry=True):
-            if short:
-                now = time.time()
-                self._cache._con.executemany(_BATCH_INSERT, [(key, now, now, text) for key, text in short])
-            if len(short) < len(texts):
-                for key, text in texts.items():
-                    if len(text) >= limit:
-                        self._cache.add(key, text, retry=True)
-
-    def discard(self, key: str) -> None:
-        """Remove the entry of `key`, if any (an error response an older version stored)."""
-        self._cache.delete(key, retry=True)
-
-    def __len__(self) -> int:
-        return len(self._cache)
-
-    def close(self) -> None:
-        self._cache.close()
-
-    def __repr__(self) -> str:
-        return f"DiskStore({str(self.directory)!r})"
-
-
 _stores: dict[tuple[str, str, int], Store] = {}
 _stores_lock = threading.Lock()
 
@@ -276,7 +157,9 @@ if hasattr(os, "register_at_fork"):  # POSIX only; elsewhere there is no fork
 
 def get_store(directory: str | os.PathLike | None = None, *, url: str | None = None) -> Store:
     """The store in use: a `DiskStore` for `directory`, a `RedisStore` for `url`, else the configured one
-    (`cache_url()` if set, else `cache_dir()`). One per location and process.
+    (`cache_url()` if set, else `cache_dir()`). One per location and process. A disk cache whose cache.db
+    this process may read but not write is a `ReadOnlyDiskStore` (with a warning); one it cannot use at
+    all is a `CacheFileError` naming the path.
 
     >>> get_store(url="memcached://x")  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
@@ -303,7 +186,7 @@ def get_store(directory: str | os.PathLike | None = None, *, url: str | None = N
     with _stores_lock:
         store = _stores.get(key)
         if store is None:
-            store = _stores[key] = DiskStore(path)
+            store = _stores[key] = open_disk_store(path)
         return store
 
 
@@ -453,7 +336,7 @@ def cached_call(request: Mapping[str, Any], compute: Callable[[], Any],
     pending = pending_of(store) if cache_write_mode() == "deferred" else None
     text = None if pending is None else pending.get_text(key)
     value = json.loads(text) if text is not None else _stored_value(store, key, check)
-    if value is not _MISS:
+    if value is not MISS:
         if memory is not None:
             memory.put(frozen, chars[0], encode_value(value))
         return value, True
@@ -470,7 +353,7 @@ def cached_call(request: Mapping[str, Any], compute: Callable[[], Any],
 def _stored_value(store: Store, key: str, check: Callable[[Any], None] | None) -> Any:
     """The value `store` holds for `key`, or the miss sentinel; an entry `check` refuses is dropped."""
     value = store.get(key)
-    if value is _MISS or check is None:
+    if value is MISS or check is None:
         return value
     try:
         check(value)
@@ -478,5 +361,5 @@ def _stored_value(store: Store, key: str, check: Callable[[Any], None] | None) -
         # Older versions cached error responses for good; set-if-absent would keep it forever.
         log.warning("dsp cache: dropping a cached error for %s in %r (%s); asking again", key, store, error)
         store.discard(key)
-        return _MISS
+        return MISS
     return value

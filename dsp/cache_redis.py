@@ -23,7 +23,7 @@ import os
 from typing import Any, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
-from .cache import _MISS, CACHE_FORMAT_VERSION, _readable, encode_value
+from .cache_codec import CACHE_FORMAT_VERSION, MISS, encode_value, readable_text
 
 __all__ = ["RedisStore", "KEY_PREFIX", "check_url", "redact_url", "strip_password"]
 
@@ -55,12 +55,15 @@ def _replace_password(url: str, password: str | None) -> str:
 
 
 def redact_url(url: str) -> str:
-    """`url` fit for a message: any password replaced by ``***``.
+    """`url` fit for a message: its user and password replaced by ``***`` (the project's one redaction,
+    `dsp.clients.retry.redact_urls`).
 
     >>> redact_url("redis://user:secret@cache:6379/2")
-    'redis://user:***@cache:6379/2'
+    'redis://***@cache:6379/2'
     """
-    return _replace_password(url, "***")
+    from .clients.retry import redact_urls
+
+    return redact_urls(url)
 
 
 def strip_password(url: str) -> str:
@@ -99,13 +102,13 @@ class RedisStore:
     def get(self, key: str) -> Any:
         raw = self._redis.get(self.prefix + key)
         if raw is None:
-            return _MISS
+            return MISS
         try:
             return json.loads(raw)
         except ValueError:  # includes undecodable bytes: a foreign or damaged entry is recomputed
             log.warning("dsp cache: unreadable entry %s in %s, recomputing it", key, self.url)
             self._redis.delete(self.prefix + key)
-            return _MISS
+            return MISS
 
     def add(self, key: str, value: Any) -> Any:
         """Store `value` unless another writer got there first; return whichever value is stored."""
@@ -117,7 +120,7 @@ class RedisStore:
         # SET NX is atomic on the server: of racing writers exactly one stores its value.
         if self._redis.set(self.prefix + key, text.encode("utf-8"), nx=True):
             return text
-        return _readable(self._redis.get(self.prefix + key), text)
+        return readable_text(self._redis.get(self.prefix + key), text)
 
     def add_many(self, texts: Mapping[str, str]) -> None:
         """Store encoded values set-if-absent in one round trip (a pipeline of SET NX)."""

@@ -10,9 +10,10 @@ A search answers ``{"query", "k", "topk": [{"text", "pid", "rank", "score", "pro
 `text` is the passage's ``"Title | text"`` (its `long_text`) and `pid` its id. `k` defaults to 10 and
 is capped at `max_k` (100), as on the public server. Errors are JSON ``{"error": "..."}``: 400 for a
 missing or empty query, a query that is not valid Unicode (a lone surrogate), a k that is not a
-positive integer, or a body that is not a JSON object (or is nested absurdly deep); 404/405 for a wrong
-path or method; 500 when the RM fails. ``GET /health`` answers ``{"status": "ok", "rm", "provider",
-"index", "passages", "searches"}``: the RM's class, provider and index name, never a filesystem path.
+positive integer, a body that is not a JSON object (or is nested absurdly deep), or a Content-Length that
+is not a byte count in ASCII digits; 404/405 for a wrong path or method; 500 when the RM fails.
+``GET /health`` answers ``{"status": "ok", "rm", "provider", "index", "passages", "searches"}``: the RM's
+class, provider and index name, never a filesystem path.
 
 >>> server = make_server(BM25("passages.jsonl.gz"), port=0)        # doctest: +SKIP
 >>> threading.Thread(target=server.serve_forever, daemon=True).start()   # doctest: +SKIP
@@ -59,6 +60,7 @@ _K_TEXT = re.compile(r"\s*\+?(?=[0-9])0*([0-9]*)\s*")  # group 1: the digits aft
 # A k past 18 digits is no count of passages but garbage or abuse (int() even refuses text of over 4,300
 # digits): it is refused, where a plausible k above max_k is capped, as the public server does.
 _K_DIGITS = 18
+_LENGTH_TEXT = re.compile(r"\s*([0-9]{1,%d})\s*" % _K_DIGITS)  # a Content-Length: ASCII digits only
 
 
 class _BadRequest(Exception):
@@ -219,14 +221,24 @@ class _Handler(BaseHTTPRequestHandler):
             raise _BadRequest(411, "send the JSON body with a Content-Length (chunked bodies are not supported)")
         if length is None:
             return b""
-        if not length.strip().isdigit():
+        # ASCII digits only, and few of them: str.isdigit() and int() accept "²" and other Unicode
+        # digits (int("²") then raises), and int() refuses text of over 4,300 digits.
+        digits = _LENGTH_TEXT.fullmatch(length)
+        if digits is None:
             self.close_connection = True
-            raise _BadRequest(400, f"bad Content-Length {length!r}")
-        size = int(length)
+            shown = length if len(length) <= 40 else f"{length[:20]}... ({len(length)} characters)"
+            raise _BadRequest(400, f"bad Content-Length {shown!r}: give the body's size in bytes, "
+                                   f"at most {_K_DIGITS} ASCII digits")
+        size = int(digits.group(1))
         if size > MAX_BODY:
             self.close_connection = True  # the unread body would be taken for the next request
             raise _BadRequest(413, f"request body of {size} bytes is larger than {MAX_BODY}")
         return self.rfile.read(size)
+
+    def _closing(self) -> dict[str, str]:
+        """A `Connection: close` header when this connection ends after the answer (its body went unread),
+        so the client knows not to reuse it."""
+        return {"Connection": "close"} if self.close_connection else {}
 
     def _route(self) -> str | None:
         path = urlsplit(self.path).path.rstrip("/") or "/"
@@ -251,7 +263,7 @@ class _Handler(BaseHTTPRequestHandler):
             query = _parse_query(params.get("query"))
             k = _parse_k(params.get("k"), self.server.default_k, self.server.max_k)
         except _BadRequest as error:
-            self._send_json(error.status, {"error": error.message})
+            self._send_json(error.status, {"error": error.message}, self._closing())
             return
         try:
             topk = self.server.search(query, k)
@@ -291,7 +303,7 @@ class _Handler(BaseHTTPRequestHandler):
         except _BadRequest:
             pass
         self._send_json(405, {"error": f"method {self.command} is not allowed; use GET or POST"},
-                        {"Allow": "GET, POST"})
+                        {"Allow": "GET, POST", **self._closing()})
 
     do_PUT = do_DELETE = do_PATCH = _not_allowed  # noqa: N815
 
@@ -347,9 +359,22 @@ def load_index(index: str | os.PathLike, backend: str = "bm25", vectorizer: str 
 
     >>> rm = load_index("wiki-bm25/")                      # doctest: +SKIP
     """
+    from .datasets import CorpusError, DataFileError
+
     path = Path(index).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"{index}: no such file or directory")
+    try:
+        return _load_index(path, backend, vectorizer, checkpoint)
+    except DataFileError:
+        # --index may name any file (/etc/shadow): the reader's own error quotes the line at fault, which
+        # must not end up on a terminal or in a log; `dsp index` on a file of one's own shows it.
+        raise CorpusError(f"{index} is neither a saved index nor a passages file (JSONL, one {{\"text\": ...}} "
+                          f"object a line); dsp index --passages {index} --out DIR names the line at fault") from None
+
+
+def _load_index(path: Path, backend: str, vectorizer: str | None, checkpoint: str | None) -> Any:
+    index = str(path)
     if backend == "bm25":
         from .clients.bm25 import BM25  # imported here: the server module works without the backends
         return BM25.load(path) if path.is_dir() else BM25(path)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-__all__ = ["wilson_interval", "mean_interval", "score_interval", "mcnemar_exact", "paired"]
+__all__ = ["wilson_interval", "mean_interval", "score_interval", "mcnemar_exact", "sign_test_greater", "paired"]
 
 
 def wilson_interval(correct: float, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -83,6 +83,19 @@ def mcnemar_exact(a_only: int, b_only: int) -> float:
         return 1.0
     tail = sum(math.comb(n, i) for i in range(min(a_only, b_only) + 1)) / 2 ** n
     return min(1.0, 2 * tail)
+
+
+def sign_test_greater(a_only: int, b_only: int) -> float:
+    """One-sided exact sign test (McNemar's, for right/wrong outcomes): the chance of A scoring higher on
+    at least `a_only` of the `a_only + b_only` items the two told apart, were neither better.
+
+    >>> round(sign_test_greater(10, 0), 5), sign_test_greater(0, 4), sign_test_greater(0, 0)
+    (0.00098, 1.0, 1.0)
+    """
+    n = a_only + b_only
+    if n == 0:
+        return 1.0
+    return min(1.0, sum(math.comb(n, i) for i in range(a_only, n + 1)) / 2 ** n)
 
 
 def paired(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float | int]:

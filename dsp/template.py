@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence  # the abc classes: isinstance is 
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .example import Example
+from .example import RESERVED_FIELDS, Example, field_name_error
 
 __all__ = ["Type", "Template", "Field", "passages2text", "format_answers"]
 
@@ -129,14 +129,34 @@ class Field:
 class Template:
     """An instruction and ordered fields; `template(example)` is the prompt, `template.extract` parses.
 
-    See the module docstring for an example.
+    `Template(instructions, **fields)`: the instructions come first, positionally or, as in DSP v1, as
+    `instructions=`; given positionally, every keyword is a field, "instructions" included. A field
+    may not be named after an attribute of the Example or Completions that will hold it (`copy`,
+    `items`, `template`, ...: `dsp.example.RESERVED_FIELDS`), which is refused here with a ValueError.
+    See the module docstring for a whole prompt.
+
+    >>> Template("Follow the instructions.", instructions=Type("Instructions:", "${what to do}"),
+    ...          answer=Type("Answer:", "${the answer}")).keys
+    ['instructions', 'answer']
     """
 
-    def __init__(self, instructions: str, **fields: Type) -> None:
+    def __init__(self, *instructions_text: str, **fields: Type) -> None:
+        # DSP v1 programs pass `instructions=` by keyword; given positionally, every keyword is a field,
+        # so a field may be named "instructions" (a field is never a Template attribute).
+        if len(instructions_text) > 1:
+            raise TypeError(f"Template takes one positional argument, the instructions; got {len(instructions_text)}")
+        if instructions_text:
+            instructions = instructions_text[0]
+        elif "instructions" in fields:
+            instructions = fields.pop("instructions")
+        else:
+            raise TypeError('Template needs its instructions: Template("Answer questions ...", question=dsp.Type(...))')
         if not isinstance(instructions, str):
             raise TypeError(f"Template instructions must be text, got {type(instructions).__name__}")
         if not fields:
             raise ValueError("a Template needs at least one field, e.g. question=dsp.Type(...)")
+        if not RESERVED_FIELDS.isdisjoint(fields):  # its fields become Example and Completions fields
+            raise field_name_error(next(key for key in fields if key in RESERVED_FIELDS), "template field")
         self.instructions = instructions
         self.kwargs = fields
         self.fields: list[Field] = []

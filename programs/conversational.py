@@ -20,7 +20,7 @@ import dsp
 from templates.qa import conv_qa, conv_qa_with_context, conv_rewrite
 
 __all__ = ["format_history", "vanilla", "retrieve_then_read", "dsp_program", "Conversations", "PROGRAMS", "PRESETS",
-           "SEARCH", "MOOT"]
+           "SEARCH", "MOOT", "BOUNDS"]
 
 Turns = Sequence[tuple[str, str]]
 
@@ -125,6 +125,7 @@ PROGRAMS = {
     "retrieve_then_read": retrieve_then_read,
     "dsp": dsp_program,
 }
+dsp.register_programs(PROGRAMS)  # compiled files may name them: dsp.load_compiled looks names up, never imports
 
 # Named option sets of the DSP program (the paper's are its defaults).
 PRESETS: dict[str, dict] = {"paper": {}}
@@ -137,3 +138,13 @@ SEARCH: dict[str, dict] = {
 }
 # Options that have no effect under another's value (one passage has one order): never searched there.
 MOOT: dict[str, dict] = {}
+
+# The valid range of every numeric option of these programs: option -> (least, greatest), inclusive, None
+# for no bound. The `dsp` command checks --set, --preset and --search values against it before any model
+# loads.
+BOUNDS: dict[str, tuple[float | None, float | None]] = {
+    "k": (1, None),              # passages per turn
+    "n_queries": (1, None),      # sampled rewrites of the question
+    "temperature": (0.0, None),  # 0: greedy
+    "n_demos": (0, None),        # 0: zero-shot
+}

@@ -126,6 +126,7 @@ PROGRAMS = {
     "multihop_QA_v1": multihop_QA_v1,
     "multihop_QA_v2": multihop_QA_v2,
 }
+dsp.register_programs(PROGRAMS)  # compiled files may name them: dsp.load_compiled looks names up, never imports
 
 
 def load_intro_data() -> tuple[list[dsp.Example], list[dsp.Example]]:

@@ -16,7 +16,7 @@ from programs.self_ask import self_ask_program
 from templates.qa import hop, qa, qa_with_context, qa_with_cot, rewrite
 
 __all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "greedy_search", "PROGRAMS", "PRESETS",
-           "SEARCH", "MOOT"]
+           "SEARCH", "MOOT", "BOUNDS"]
 
 
 def vanilla(question: str, train: list[dsp.Example], n_demos: int = 16,
@@ -95,6 +95,7 @@ PROGRAMS = {
     "self_ask": self_ask_program,
     "dsp": dsp_program,
 }
+dsp.register_programs(PROGRAMS)  # compiled files may name them: dsp.load_compiled looks names up, never imports
 
 # Settings of the DSP program: the paper's (GPT-3 scale: 10 queries per hop, 20 chains of thought),
 # and one for the embedded 270M model: 3 queries per hop, 5 near-greedy answers without a rationale
@@ -116,3 +117,16 @@ SEARCH = {
 # Options that have no effect under another's value (one passage has one order; one sample, no vote):
 # never searched there.
 MOOT = {"order": {"k": [1]}, "extractive": {"n": [1]}}
+
+# The valid range of every numeric option of these programs: option -> (least, greatest), inclusive, None
+# for no bound. The `dsp` command checks --set, --preset and --search values against it before any model
+# loads (no hop or no query would search nothing: the program is a multi-hop search).
+BOUNDS = {
+    "k": (1, None),              # passages per question (per hop)
+    "n": (1, None),              # sampled answers voting
+    "temperature": (0.0, None),  # 0: greedy
+    "n_demos": (0, None),        # 0: zero-shot
+    "pool": (0, None),           # training examples tried for annotation
+    "hops": (1, None),
+    "n_queries": (1, None),      # sampled queries per hop
+}

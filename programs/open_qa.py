@@ -22,7 +22,8 @@ import dsp
 from programs.self_ask import self_ask_program
 from templates.qa import qa, qa_with_context, qa_with_cot
 
-__all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "PROGRAMS", "PRESETS", "SEARCH", "MOOT"]
+__all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "PROGRAMS", "PRESETS", "SEARCH", "MOOT",
+           "BOUNDS"]
 
 Label = Literal["predicted", "gold"]
 
@@ -123,6 +124,7 @@ PROGRAMS = {
     "self_ask": self_ask_program,
     "dsp": dsp_program,
 }
+dsp.register_programs(PROGRAMS)  # compiled files may name them: dsp.load_compiled looks names up, never imports
 
 # What `dsp compile` may tune besides the demonstrations: option -> values to try (plain data).
 SEARCH = {
@@ -135,3 +137,16 @@ SEARCH = {
 # Options that have no effect under another's value (one passage has one order; one sample, no vote):
 # never searched there.
 MOOT = {"order": {"k": [1]}, "extractive": {"n": [1]}}
+
+# The valid range of every numeric option of these programs: option -> (least, greatest), inclusive, None
+# for no bound. The `dsp` command checks --set, --preset and --search values against it before any model
+# loads (a k of 0 retrieves nothing to read; n=0 samples nothing to vote on).
+BOUNDS = {
+    "k": (1, None),              # passages per question
+    "n": (1, None),              # sampled answers voting
+    "temperature": (0.0, None),  # 0: greedy
+    "n_demos": (0, None),        # 0: zero-shot
+    "demo_k": (1, None),         # passages per annotated demo
+    "pool": (0, None),           # training examples tried for annotation
+    "n_raw": (0, None),          # raw demos beside the augmented ones
+}

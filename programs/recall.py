@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import dsp
-from dsp.datasets import data_path, few_shot_train, load_litm_oracle
-from programs.cli.options import add_lm, add_n, add_out, add_rm, lm_spec, nonnegative_int, rm_spec
+from dsp.datasets import data_path, few_shot_train
+from programs.cli.options import UsageError, add_lm, add_n, add_out, add_rm, lm_spec, nonnegative_int, rm_spec
+from programs.tasks import TASKS
 from templates.qa import rewrite
 
 __all__ = ["gold_ids", "recall_at", "rewrites_for", "add_parser", "cmd_recall"]
@@ -61,7 +62,7 @@ def rewrites_for(question: str, train: list[dsp.Example], n: int) -> list[str]:
 def add_parser(sub: Any) -> None:
     recall = sub.add_parser("recall", help="gold-passage recall@1/5/20 of BM25 on NQ: the question alone vs "
                                            "fused LM-written queries")
-    add_n(recall, "NQ questions (the first N of the oracle file)", default=300)
+    add_n(recall, "NQ dev questions (the first N of the oracle file, at most 1000)", default=300)
     recall.add_argument("--rewrites", type=nonnegative_int, default=5,
                         help="LM-written queries per question (0: the question alone, no LM)")
     add_lm(recall)
@@ -74,8 +75,12 @@ def cmd_recall(args: argparse.Namespace) -> int:
     spec = lm_spec(args) if args.rewrites else None
     chosen_rm = rm_spec(args.rm) if args.rm else None
     corpus = data_path("wiki2018/passages.jsonl.gz")
-    questions = load_litm_oracle()
-    dev, train = questions[: args.n], few_shot_train(questions[2000:], k=16, seeds=[0])[0]
+    # NQ's dev questions only (lines 0-999 of the oracle file; the test split follows them, never looked at).
+    try:
+        pool, dev = TASKS["nq"].load(n=args.n)
+    except ValueError as error:
+        raise UsageError(f"--n {args.n}: {error}") from None
+    train = few_shot_train(pool, k=16, seeds=[0])[0]
     gold = gold_ids(dev, dsp.datasets.read_passages(corpus))
     rm = dsp.rm_from_spec(chosen_rm) if chosen_rm else dsp.BM25(corpus)
     started = time.perf_counter()

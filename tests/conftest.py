@@ -30,3 +30,14 @@ def isolated_settings(tmp_path, monkeypatch):
     base = dict(dsp.settings._base)
     yield
     object.__setattr__(dsp.settings, "_base", type(dsp.settings._base)(base))
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fail the test if anything builds an LM or an index: every argument check must come before."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model or index was loaded before the arguments were checked")
+
+    monkeypatch.setattr(dsp, "lm_from_spec", refuse)
+    monkeypatch.setattr(dsp, "rm_from_spec", refuse)
+    monkeypatch.setattr(dsp, "BM25", refuse)

@@ -60,16 +60,6 @@ def test_llamacpp_spec_options_are_checked():
     assert with_options("llamacpp:,flash_attn=1", n_ctx=8192, n_threads=2) == "llamacpp:,flash_attn=1,n_ctx=8192,n_threads=2"
 
 
-@pytest.fixture
-def no_model(monkeypatch):
-    """Fail the test if anything builds an LM or an index: every check must come before."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model or index was loaded before the arguments were checked")
-
-    monkeypatch.setattr(dsp, "lm_from_spec", refuse)
-    monkeypatch.setattr(dsp, "rm_from_spec", refuse)
-    monkeypatch.setattr(dsp, "BM25", refuse)
-
 
 BAD_ARGUMENTS = [
     (["run", "vanilla", "--n", "-5"], "--n: must be a positive integer, got '-5'"),

@@ -168,7 +168,7 @@ def test_a_bigger_bootstrap_reruns_only_the_candidates_that_draw_on_it(tmp_path)
         lm = ScriptedLM(magic_respond)
         with dsp.settings.context(lm=lm, cache=False):
             compiled = dsp.compile(reader, train, dsp.EM, space=space, candidates=3, val=10, bootstrap_limit=limit,
-                                   out=tmp_path / "c", halving=False, progress=False)
+                                   out=tmp_path / "c", racing=False, progress=False)
         runs[limit] = (compiled.meta["augmented"], len(lm.prompts))
     assert runs[8][0] < runs[25][0]  # the bigger bootstrap found more passing traces
     # The second compile: 17 new bootstrap runs + the augmented candidate's 10 questions, nothing else.
@@ -206,9 +206,12 @@ def test_the_program_as_written_is_searched_with_other_option_values(tmp_path):
                            out=tmp_path / "c", progress=False)
     assert sorted(row["key"] for row in compiled.table) == ["baseline", "baseline-luck1", "raw1-random0-luck0",
                                                              "raw1-random0-luck1"]  # no baseline-luck0: luck=0 is its default
-    assert compiled.candidate["key"] == "baseline-luck1"  # ties with raw1-random0-luck1; the grid's order decides
+    assert compiled.candidate["key"] == "baseline-luck1"  # tied with raw1-random0-luck1: the cheaper (no demos)
     assert compiled.demos is None and compiled.options == {"first": first, "luck": 1}
-    assert compiled.table[0]["score"] == 100.0 and compiled.table[0]["vs_baseline"]["a_only"] == 24
+    # the program as written, wrong on every validation question, is dropped on the first rung's evidence
+    baseline = next(row for row in compiled.table if row["key"] == "baseline")
+    assert baseline["dropped"]["n"] == 20 and baseline["dropped"]["this_only"] == 0
+    assert compiled.table[0]["score"] == 100.0 and compiled.table[0]["vs_baseline"]["a_only"] == 20
     fixed = dsp.compile(lucky, train, dsp.EM, space=space, candidates=10, val=24, options={"first": first, "luck": 1},
                         out=tmp_path / "d", progress=False)
     assert sorted(row["key"] for row in fixed.table) == ["baseline", "baseline-luck0", "raw1-random0-luck0",
@@ -260,7 +263,7 @@ KILLED_COMPILE = textwrap.dedent("""
     space = Space(demos=DemoSpace(kinds=("raw",), ks=(1,), selects=("random",), seeds=12))
     with dsp.settings.context(lm=ScriptedLM(respond), cache=False):
         compiled = dsp.compile(reader, train, dsp.EM, space=space, candidates=13, val=10, out={out!r},
-                               halving=False, progress=False)
+                               racing=False, progress=False)
     print("done", compiled.candidate["key"])
 """)
 
@@ -428,7 +431,7 @@ def test_every_family_compiles_and_runs_compiled(data_dir, tmp_path, monkeypatch
     _patch_cli_lm(monkeypatch, "scripted-families")
     out = tmp_path / f"{dataset}-{program}.json"
     assert main(["compile", program, "--dataset", dataset, "--candidates", "3", "--val", "10", "--bootstrap", "4",
-                 "--out", str(out), "--no-halving"]) == 0
+                 "--out", str(out), "--no-racing"]) == 0
     compiled = dsp.load_compiled(out)
     assert compiled.meta["task"] == dataset and len(compiled.table) == 3
     assert all(row["errors"] == 0 and row["n"] == 10 for row in compiled.table), compiled.table
@@ -489,7 +492,7 @@ def test_dsp_compile_searches_other_retrievers_and_run_uses_the_chosen_one(data_
     other = _passages(tmp_path / "good.jsonl", True)
     out = tmp_path / "nq-rtr.json"
     assert main(["compile", "retrieve_then_read", "--dataset", "nq", "--candidates", "5", "--val", "10",
-                 "--bootstrap", "0", "--rms", f"bm25:{other}", "--out", str(out), "--no-halving"]) == 0
+                 "--bootstrap", "0", "--rms", f"bm25:{other}", "--out", str(out), "--no-racing"]) == 0
     compiled = dsp.load_compiled(out)
     assert any(row["key"].endswith("-rm_bm25") for row in compiled.table)
     assert any(not row["key"].endswith("-rm_bm25") for row in compiled.table[1:])
@@ -523,7 +526,7 @@ def test_dsp_compile_search_names_the_options_to_search(data_dir, tmp_path, monk
     _patch_cli_lm(monkeypatch, "scripted-search")
     out = tmp_path / "nq-dsp.json"
     assert main(["compile", "dsp", "--dataset", "nq", "--preset", "small", "--search", "k=1,2", "--candidates", "6",
-                 "--val", "10", "--bootstrap", "0", "--out", str(out), "--no-halving"]) == 0
+                 "--val", "10", "--bootstrap", "0", "--out", str(out), "--no-racing"]) == 0
     compiled = dsp.load_compiled(out)
     searched = [row["options"] for row in compiled.table if row["key"] != "baseline"]
     assert {tuple(sorted(o)) for o in searched} == {("k",)} and {o["k"] for o in searched} == {1, 2}

@@ -65,7 +65,7 @@ def test_a_fork_child_neither_inherits_nor_commits_the_parents_pending_entries(t
         assert _run_child(_check_nothing_inherited) == 0
         store = cache.get_store(directory)
         assert len(store) == 100  # the child's own calls only: the parent's five are still the parent's
-        assert cache.get_store(directory).get(cache.request_key({"parent": 0})) is cache._MISS
+        assert cache.get_store(directory).get(cache.request_key({"parent": 0})) is cache.MISS
         assert cache.flush() == 5 and len(store) == 105
 
 

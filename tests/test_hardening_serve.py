@@ -90,6 +90,41 @@ def test_json_nested_100000_deep_is_a_400(server, opening, closing):
     still_serves(port)
 
 
+# -- issue 29, item 12: a Content-Length that str.isdigit() accepts but int() does not ----------------------
+
+def raw_request(port: int, head: bytes, body: bytes = b"") -> bytes:
+    """Send `head` (request line and headers, as bytes on the wire) and `body`; all the server answers."""
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
+        sock.sendall(head + b"\r\n\r\n" + body)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
+@pytest.mark.parametrize("length", [
+    b"\xb2",            # "²" in Latin-1 (how http.server decodes headers): isdigit() is True, int() raises
+    b"\xd9\xa3",        # two Latin-1 characters, neither a digit
+    b"9" * 5000,        # past int()'s 4,300-digit limit
+    b"1" * 19,          # a plausible-looking number no request body has
+], ids=["superscript-two", "non-ascii", "5000-digits", "19-digits"])
+@pytest.mark.parametrize("method", [b"POST", b"PUT"])
+def test_a_content_length_that_is_not_ascii_digits_is_a_400(server, method, length):
+    port = server.server_address[1]
+    answer = raw_request(port, method + b" /api/search HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                               b"Content-Length: " + length, b'{"query": "Hamlet"}')
+    head, _, body = answer.partition(b"\r\n\r\n")
+    error = json.loads(body)["error"]
+    if method == b"PUT":  # a method the server has no use for is refused as such, body or no body
+        assert head.startswith(b"HTTP/1.1 405 "), answer[:200]
+    else:
+        assert head.startswith(b"HTTP/1.1 400 "), answer[:200]
+        assert "Content-Length" in error and len(error) < 200 and "\n" not in error
+    assert b"Connection: close" in head  # the unread body must not be taken for the next request
+    assert server.searches == 0
+    still_serves(port)
+
+
 # -- 9: /health --------------------------------------------------------------------------------------------
 
 def test_health_names_the_index_but_shows_no_filesystem_path(tmp_path):

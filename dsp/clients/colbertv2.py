@@ -29,7 +29,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from ..cache import SECRET_FIELDS
-from .retry import Failure, Retrier, RetryPolicy, ServiceError, redact
+from .retry import Failure, Retrier, RetryPolicy, ServiceError, redact, redact_urls
 from .rm import RM, Passage
 
 __all__ = ["ColBERTv2", "ColBERTv2Error", "normalize_url", "redact_url"]
@@ -82,23 +82,13 @@ def normalize_url(url: str) -> str:
 
 
 def redact_url(url: str) -> str:
-    """`url` fit for a log or an error message: userinfo and secret parameter values are masked.
+    """`url` fit for a log or an error message: userinfo and secret parameter values are masked (the
+    project's one redaction, `dsp.clients.retry.redact_urls`).
 
     >>> redact_url("https://me:pw@host/search?token=abc&x=1")
     'https://***@host/search?token=***&x=1'
     """
-    try:
-        parts = urlsplit(str(url).strip())
-    except ValueError:
-        return "<unparseable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rsplit("@", 1)[1]
-    query = "&".join(
-        f"{quote(name, safe='')}={'***' if name.lower() in _SECRET_PARAMS else quote(value, safe='')}"
-        for name, value in parse_qsl(parts.query, keep_blank_values=True)
-    )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return redact_urls(str(url).strip())
 
 
 def _error_detail(response: requests.Response) -> str:

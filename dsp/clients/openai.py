@@ -12,7 +12,12 @@ server quietly returns fewer choices (llama.cpp's does), further requests top th
 The API key lives only inside the openai client object: it is never in a cache key, a log message,
 `history`, an error message or a repr. Credentials in the base URL (``http://user:password@host/v1``) are
 sent as HTTP Basic auth, as the HTTP layer would, but taken out of the URL first: the URL the openai
-client holds (and httpx logs with every request) has no userinfo, and messages show it as ``***@``.
+client holds (and httpx logs with every request) has no userinfo, and messages show it as ``***@``
+(`dsp.clients.retry.redact_urls`). `list_models` asks a server for its models the same way.
+
+`timeout` bounds each attempt whole: connecting, sending, and reading the headers and the body. httpx's
+own timeouts bound each wait for a chunk, so a server sending a byte a second would never time out; the
+client's connections wait on sockets only until the attempt's deadline (`dsp.clients.deadline`).
 
 >>> lm = OpenAI("gpt-4o-mini", api_key="sk-...")                                     # doctest: +SKIP
 >>> lm("Question: Who wrote Hamlet?\\nAnswer:", max_tokens=10)                       # doctest: +SKIP
@@ -27,43 +32,26 @@ import dataclasses
 import ipaddress
 import json
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+import httpx2
 import openai as _openai
 
+from .deadline import DeadlineTransport, deadline, environment_proxy
 from .lm import LM
-from .retry import Failure, Retrier, RetryPolicy
+from .retry import SECRET_PARAMS, Failure, Retrier, RetryPolicy, redact_urls
 from .v1 import V1_COMPLETION_DEFAULTS, shape_v1_completion
 
-__all__ = ["OpenAI", "GPT3", "DEFAULT_BASE_URL", "LOCAL_PLACEHOLDER_KEY", "normalize_base_url"]
+__all__ = ["OpenAI", "GPT3", "DEFAULT_BASE_URL", "LOCAL_PLACEHOLDER_KEY", "normalize_base_url", "list_models"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Sent to a loopback/private server when no key is configured: such servers usually ignore the header,
 # and the openai client refuses to start without some key.
 LOCAL_PLACEHOLDER_KEY = "sk-no-key-required"
 MODEL_TYPES = ("chat", "text")
-_SECRET_QUERY_NAMES = frozenset({"key", "api_key", "api-key", "apikey", "token", "access_token", "sig", "signature",
-                                 "code", "password", "secret"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def _redact_url(url: str) -> str:
-    """`url` fit for a message: userinfo shown as ``***`` and secret-looking query values blanked.
-
-    >>> _redact_url("http://me:pw@host/v1?api_key=abc&v=2")
-    'http://***@host/v1?api_key=***&v=2'
-    """
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
-    query = urlencode([(k, "***" if k.lower() in _SECRET_QUERY_NAMES else v)
-                       for k, v in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
+_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)  # the openai package's own
 
 
 def _split_userinfo(url: str) -> tuple[str, str | None]:
@@ -98,17 +86,17 @@ def normalize_base_url(base_url: str) -> str:
     scheme = parts.scheme.lower()
     if scheme not in _DEFAULT_PORTS or not parts.hostname:
         raise ValueError(f"base_url must be an http(s) URL such as {DEFAULT_BASE_URL!r}, "
-                         f"got {_redact_url(base_url)!r}")
+                         f"got {redact_urls(base_url)!r}")
     host = parts.hostname.lower()
     if ":" in host:  # an IPv6 literal keeps its brackets
         host = f"[{host}]"
     try:
         port = parts.port
     except ValueError:
-        raise ValueError(f"base_url has an invalid port: {_redact_url(base_url)!r}") from None
+        raise ValueError(f"base_url has an invalid port: {redact_urls(base_url)!r}") from None
     netloc = host if port is None or port == _DEFAULT_PORTS[scheme] else f"{host}:{port}"
     query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-                       if k.lower() not in _SECRET_QUERY_NAMES])
+                       if k.lower() not in SECRET_PARAMS])
     return urlunsplit((scheme, netloc, parts.path.rstrip("/"), query, ""))
 
 
@@ -121,6 +109,82 @@ def _is_local(base_url: str) -> bool:
     except ValueError:
         return False
     return address.is_loopback or address.is_private or address.is_link_local
+
+
+def _api_key(api_key: str | None, raw_url: str, base_url: str) -> str:
+    """The key to send: `api_key`, else $OPENAI_API_KEY, else a placeholder for a loopback/private server."""
+    key = api_key or os.environ.get("OPENAI_API_KEY") or None
+    if key is None:
+        if not _is_local(raw_url):
+            raise ValueError(f"no API key for {base_url}: pass api_key=... or set OPENAI_API_KEY "
+                             f"(a server that needs none still wants a placeholder, e.g. api_key='none')")
+        key = LOCAL_PLACEHOLDER_KEY
+    return key
+
+
+def _client_for(raw_url: str, key: str, timeout: float) -> tuple[_openai.OpenAI, list[str]]:
+    """The openai client for the server at `raw_url`, and the secrets to blank from messages.
+
+    Its retries are off (ours are visible and counted); its URL keeps any path the caller gave, but not the
+    URL's credentials, which go as a Basic Authorization header; its connections keep to the attempt's deadline.
+    """
+    client_url, basic_auth = _split_userinfo(raw_url.strip())
+    transport = DeadlineTransport(limits=_LIMITS, proxy=environment_proxy(client_url))
+    client = _openai.OpenAI(api_key=key, base_url=client_url, timeout=timeout, max_retries=0,
+                            default_headers={"Authorization": basic_auth} if basic_auth else None,
+                            http_client=_openai.DefaultHttpxClient(transport=transport, timeout=timeout))
+    hidden = [key]
+    if basic_auth:  # in case a server echoes the credentials in an error message
+        password = urlsplit(raw_url.strip()).netloc.rpartition("@")[0].partition(":")[2]
+        hidden.append(basic_auth.split()[1])
+        # Blanking a very short password would mangle every message it happens to occur in.
+        hidden += [p for p in (password, unquote(password)) if len(p) >= 6]
+    return client, hidden
+
+
+def _attempt(send: Callable[[], str], timeout: float) -> str:
+    """One request's text by `send()`, under a deadline `timeout` s away; every failure becomes a `Failure`."""
+    try:
+        with deadline(timeout):
+            return send()
+    except _openai.APITimeoutError:
+        raise Failure("timeout", f"no complete response within {timeout:g} s") from None
+    except _openai.APIConnectionError as error:
+        cause = error.__cause__ or error
+        raise Failure("connection", f"{type(cause).__name__}: {cause}".rstrip(": ")) from None
+    except _openai.APIStatusError as error:
+        raise Failure.from_status(error.status_code, _error_text(error), error.response.headers) from None
+
+
+def list_models(base_url: str, api_key: str | None = None, timeout: float = 10.0,
+                retry_policy: RetryPolicy | None = None) -> list[str]:
+    """The model ids an OpenAI-compatible server lists (GET /models), asked as `OpenAI` asks: credentials in
+    the URL go as Basic auth, never in the request's URL or a message; the key as `OpenAI` finds it.
+
+    >>> list_models("http://user:pw@127.0.0.1:8080/v1")                          # doctest: +SKIP
+    ['gemma-3-270m-it']
+    """
+    normalized = normalize_base_url(base_url)
+    client, hidden = _client_for(base_url, _api_key(api_key, base_url, normalized), float(timeout))
+    retrier = Retrier(retry_policy or RetryPolicy(max_retries=2), service=f"the models list of {normalized}",
+                      base_url=normalized, secrets=hidden)
+
+    def attempt() -> list[str]:
+        text = _attempt(lambda: client.get("/models", cast_to=str), float(timeout))
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise Failure("bad_response", f"the body is not JSON: {text[:80]!r}") from None
+        models = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(models, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str)
+                                                   for m in models):
+            raise Failure("bad_response", f"expected {{\"data\": [{{\"id\": ...}}, ...]}}, got {text[:80]!r}")
+        return [m["id"] for m in models]
+
+    try:
+        return retrier.call(attempt)
+    finally:
+        client.close()
 
 
 def _resolve_prices(prices: Any, model: str) -> tuple[float, float] | None:
@@ -165,13 +229,39 @@ def _content_text(content: Any) -> str:
     return ""
 
 
+def _choice_problem(choice: Any, model_type: str) -> str | None:
+    """What makes `choice` carry no completion for a `model_type` ("chat"/"text") model (None if it is usable).
+
+    A chat choice needs a ``message`` object (its ``content`` may be null: a refusal or a tool call has
+    none); a text choice needs a ``text`` string.
+
+    >>> _choice_problem({"message": "hi"}, "chat")
+    'has a "message" that is not an object: "hi"'
+    >>> _choice_problem({"index": 0, "finish_reason": "stop"}, "text")
+    'has no "text" string: {"index": 0, "finish_reason": "stop"}'
+    >>> _choice_problem({"text": " Paris"}, "text") is None
+    True
+    """
+    if not isinstance(choice, dict):
+        return f"is not an object: {json.dumps(choice)[:80]}"
+    if model_type == "chat":
+        if not isinstance(choice.get("message"), dict):
+            if "message" not in choice:
+                return f'has no "message": {json.dumps(choice)[:80]}'
+            return f'has a "message" that is not an object: {json.dumps(choice["message"])[:80]}'
+    elif not isinstance(choice.get("text"), str):
+        return f'has no "text" string: {json.dumps(choice)[:80]}'
+    return None
+
+
 class OpenAI(LM):
     """An OpenAI(-compatible) chat or completion model.
 
     `model_type="chat"` sends the prompt as one user message (after `system_prompt`, if any) to
     /chat/completions; `"text"` sends it to /completions. `base_url`/`api_key` default to
     $OPENAI_BASE_URL/$OPENAI_API_KEY (and to OpenAI's URL; a loopback or private-network server needs no
-    key). `timeout` is per attempt, in seconds; `max_retries` overrides `retry_policy.max_retries`.
+    key). `timeout` bounds each attempt whole (connecting, sending, reading headers and body), in seconds;
+    `max_retries` overrides `retry_policy.max_retries`.
     `prices` is (prompt, completion) USD per 1M tokens, or a {model: (prompt, completion)} table, and
     fills `usage.cost`. Other keyword arguments are default generation parameters (temperature, ...).
 
@@ -215,24 +305,9 @@ class OpenAI(LM):
         self.timeout = float(timeout)
         self.prices = _resolve_prices(prices, model)
 
-        key = api_key or os.environ.get("OPENAI_API_KEY") or None
-        if key is None:
-            if not _is_local(raw_url):
-                raise ValueError(f"no API key for {self.base_url}: pass api_key=... or set OPENAI_API_KEY "
-                                 f"(a server that needs none still wants a placeholder, e.g. api_key='none')")
-            key = LOCAL_PLACEHOLDER_KEY
-        # The key goes to the openai client and nowhere else on this object. Its retries are off (ours are
-        # visible and counted); its URL keeps any path the caller gave, but not the URL's credentials.
-        client_url, basic_auth = _split_userinfo(raw_url.strip())
-        self._client = _openai.OpenAI(api_key=key, base_url=client_url, timeout=self.timeout, max_retries=0,
-                                      default_headers={"Authorization": basic_auth} if basic_auth else None)
+        client, hidden = _client_for(raw_url, _api_key(api_key, raw_url, self.base_url), self.timeout)
+        self._client = client  # the key goes to the openai client and nowhere else on this object
         kind = "chat model" if model_type == "chat" else "completion model"
-        hidden = [key]
-        if basic_auth:  # in case a server echoes the credentials in an error message
-            password = urlsplit(raw_url.strip()).netloc.rpartition("@")[0].partition(":")[2]
-            hidden.append(basic_auth.split()[1])
-            # Blanking a very short password would mangle every message it happens to occur in.
-            hidden += [p for p in (password, unquote(password)) if len(p) >= 6]
         self._retrier = Retrier(policy, service=f"OpenAI {kind} {model!r} at {self.base_url}", model=model,
                                 base_url=self.base_url, secrets=hidden)
 
@@ -275,15 +350,7 @@ class OpenAI(LM):
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """One attempt: POST `body`, return the parsed JSON; every failure becomes a `Failure`."""
-        try:
-            text = self._client.post(path, body=body, cast_to=str)
-        except _openai.APITimeoutError:
-            raise Failure("timeout", f"no response within {self.timeout:g} s") from None
-        except _openai.APIConnectionError as error:
-            cause = error.__cause__ or error
-            raise Failure("connection", f"{type(cause).__name__}: {cause}".rstrip(": ")) from None
-        except _openai.APIStatusError as error:
-            raise Failure.from_status(error.status_code, _error_text(error), error.response.headers) from None
+        text = _attempt(lambda: self._client.post(path, body=body, cast_to=str), self.timeout)
         try:
             data = json.loads(text)
         except ValueError:
@@ -291,18 +358,24 @@ class OpenAI(LM):
                                           f"ending {text[-40:]!r}") from None
         if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
             raise Failure("bad_response", f"expected an object with a non-empty 'choices' list, got {text[:120]!r}")
+        for i, choice in enumerate(data["choices"]):
+            # A choice that carries no completion is an unusable answer, retried and then raised: skipping it
+            # would leave the answer short and ask again for the rest, forever, of a server that always
+            # answers so; reading it as '' would return and cache an empty completion the model never gave.
+            problem = _choice_problem(choice, self.model_type)
+            if problem is not None:
+                raise Failure("bad_response", f"choice {i} {problem}")
         return data
 
     def _choices(self, data: dict[str, Any]) -> list[dict[str, Any]]:
-        choices = sorted(data["choices"], key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
+        # `_post` checked each choice: an object with a "message" object (chat) or a "text" string (text).
+        choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
         normalised = []
         for choice in choices:
-            if not isinstance(choice, dict):
-                continue
             if self.model_type == "chat":
-                text = _content_text((choice.get("message") or {}).get("content"))
+                text = _content_text(choice["message"].get("content"))
             else:
-                text = choice.get("text") or ""
+                text = choice["text"]
             entry: dict[str, Any] = {"text": text, "finish_reason": choice.get("finish_reason")}
             if choice.get("logprobs") is not None:
                 entry["logprobs"] = choice["logprobs"]

@@ -14,7 +14,9 @@ An *attempt* is a function that sends one request. When it fails it raises `Fail
   client raises for it) when the server says the prompt is too long.
 
 Messages name the service, the model, the URL, the status and the attempts; known secrets are blanked
-from every message this module logs or raises.
+from every message this module logs or raises. `redact_urls` is the one function that blanks the
+credentials a URL or a client spec may carry (``user:password@``, ``?api_key=...``): compiled files,
+results headers, logs and error messages all show specs through it.
 
 >>> retrier = Retrier(RetryPolicy(max_retries=2, base_delay=0.0), service="demo server", sleep=lambda s: None)
 >>> outcomes = iter([Failure.from_status(503, "busy"), "ok"])
@@ -51,6 +53,7 @@ from .lm import ContextLengthExceeded
 __all__ = [
     "RetryPolicy", "Retrier", "Failure", "ServiceError", "RetriesExhausted", "RequestRejected",
     "RETRY_STATUSES", "parse_retry_after", "retry_after_from_headers", "classify_exception", "redact",
+    "redact_urls", "SECRET_PARAMS", "REDACTED",
 ]
 
 log = logging.getLogger("dsp.retry")
@@ -71,16 +74,42 @@ _KEY_SHAPED = re.compile(r"\b(sk|pk|rk)-[A-Za-z0-9_\-*]{6,}|\bBearer\s+\S+", re.
 _MESSAGE_LIMIT = 300  # server messages are quoted up to this many characters
 
 
+REDACTED = "***"  # what a blanked credential reads as
+# Query parameters whose values are credentials (OpenAI-style gateways, Azure SAS, signed URLs, tokens).
+SECRET_PARAMS = frozenset({"key", "api_key", "api-key", "apikey", "x-api-key", "token", "access_token", "auth",
+                           "authorization", "sig", "signature", "code", "password", "secret"})
+# user[:password]@ right after a URL's scheme: greedy up to the authority's last "@" (a raw "@" in a
+# password), never past the path, the query or the end of the quoted URL.
+_USERINFO = re.compile(r"""([A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#'"]*@""")
+# name=value in a query; in a spec the value ends at the next ",option=" (a comma inside a value stays in it).
+_QUERY_PARAM = re.compile(r"""([?&;])([^=&\s#'"?]+)=((?:[^&\s#'",]|,(?![A-Za-z_][\w-]*=))*)""")
+
+
+def redact_urls(text: str) -> str:
+    """`text` (a URL, a client spec, a message) with every URL's ``user:password@`` and secret query values
+    blanked; the rest, paths included, is left as it is. The one redaction of specs, wherever one is written.
+
+    >>> redact_urls("openai-compatible:http://me:p@ss@host/v1?api_key=abc&v=2,model=x")
+    'openai-compatible:http://***@host/v1?api_key=***&v=2,model=x'
+    >>> redact_urls("bm25:/data/pk-passages.jsonl")
+    'bm25:/data/pk-passages.jsonl'
+    """
+    text = _USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    return _QUERY_PARAM.sub(lambda m: f"{m.group(1)}{m.group(2)}={REDACTED}" if m.group(2).lower() in SECRET_PARAMS
+                            else m.group(0), text)
+
+
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """`text` with every given secret and anything key-shaped (``sk-...``, ``Bearer ...``) blanked.
+    """`text` with every given secret, anything key-shaped (``sk-...``, ``Bearer ...``) and URL credentials
+    (`redact_urls`) blanked.
 
     >>> redact("Incorrect API key provided: sk-abc123456789", ["sk-abc123456789"])
     'Incorrect API key provided: ***'
     """
     for secret in secrets:
         if secret and len(secret) >= 4:  # a tiny "secret" would blank ordinary words
-            text = text.replace(secret, "***")
-    return _KEY_SHAPED.sub("***", text)
+            text = text.replace(secret, REDACTED)
+    return redact_urls(_KEY_SHAPED.sub(REDACTED, text))
 
 
 def _shorten(text: str) -> str:

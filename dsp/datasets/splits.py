@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 
 from ..example import Example
 
-__all__ = ["few_shot_train", "downsample", "split_pool"]
+__all__ = ["few_shot_train", "downsample", "sample_indices", "split_pool"]
 
 PAPER_SHOTS = 16
 PAPER_SEEDS = (0, 1, 2, 3, 4)
@@ -42,12 +42,20 @@ def few_shot_train(pool: Sequence[Example], k: int = PAPER_SHOTS, seeds: Iterabl
 def downsample(dev: Sequence[Example], n: int | None, seed: int = 0) -> list[Example]:
     """n dev examples chosen by a seeded draw, kept in their original order (all of them if n is None)."""
     dev = list(dev)
+    return [dev[i] for i in sample_indices(len(dev), n, seed)]
+
+
+def sample_indices(total: int, n: int | None, seed: int = 0) -> list[int]:
+    """The positions `downsample` keeps of a list of `total` examples (sorted; all of them if n is None).
+
+    >>> sample_indices(5, None), len(sample_indices(100, 30, 1)), sample_indices(100, 30) == sample_indices(100, 30)
+    ([0, 1, 2, 3, 4], 30, True)
+    """
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ValueError(f"n (dev examples) must be a positive integer or None, got {n!r}")
-    if n is None or n >= len(dev):
-        return dev
-    chosen = sorted(random.Random(f"dev-{seed}").sample(range(len(dev)), n))
-    return [dev[i] for i in chosen]
+    if n is None or n >= total:
+        return list(range(total))
+    return sorted(random.Random(f"dev-{seed}").sample(range(total), n))
 
 
 def split_pool(examples: Sequence[Example], n_train_pool: int, seed: int = 0) -> tuple[list[Example], list[Example]]:

@@ -12,6 +12,8 @@ Runs are compared only when their metric, task and dev split agree; each file's 
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import statistics
 from dataclasses import dataclass, field
@@ -19,13 +21,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..stats import paired, score_interval
-from .log import RunMismatch, _flatten, identity_diff, read_run
+from .log import BadRow, RunMismatch, _flatten, finished_by_index, identity_diff, read_run
 from .rows import canonical
 
 __all__ = ["compare_runs", "format_comparison", "Comparison", "RunScore", "SeedGroup", "IncompleteRun"]
 
 # What makes two runs comparable: the same metric on the same examples (identity keys of `dsp run`).
-_SAME = ("metric", "task", "dev")
+_SAME = ("metric", "task", "split", "dev", "test")
 # Identity keys a training seed decides: runs that differ only there are one setting over seeds.
 _SEEDED = ("seed", "program.keywords.train.items", "program.keywords.train.sha256", "lm.defaults.seed")
 
@@ -74,7 +76,7 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
 
 
-def _load(path: Path, n: int | None, skip: int = 0) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+def _load(path: Path, n: int | None, skip: int = 0) -> tuple[dict[str, Any], dict[int, dict[str, Any]], list[int]]:
     if path.is_dir():
         raise FileNotFoundError(f"{path}: a directory; give its results files (e.g. {path}/*.jsonl)")
     if not path.is_file():
@@ -82,21 +84,41 @@ def _load(path: Path, n: int | None, skip: int = 0) -> tuple[dict[str, Any], dic
     identity, rows = read_run(path)
     if identity is None:
         raise RunMismatch(f"{path}: not a results file of dsp.evaluate / dsp run (it has no header line)")
-    by_index: dict[int, dict[str, Any]] = {}
-    for row in rows:
-        index = row.get("index")
-        if not isinstance(index, int) or index < skip or (n is not None and index >= n):
-            continue
-        # An example that failed is retried on resume: a later row that finished replaces it.
-        if index not in by_index or by_index[index].get("error") is not None:
-            by_index[index] = row
+    # The rule resume reads rows by (the last finished row of an example), duplicates named in a warning.
+    every, duplicated = finished_by_index(rows, path)
+    by_index = {index: row for index, row in every.items()
+                if index >= skip and (n is None or index < n)}
+    for index, row in sorted(by_index.items()):
+        row["score"] = _checked_score(path, index, row)
     if n is not None:
         missing = [i for i in range(skip, n) if i not in by_index]
         if missing:
             what = f"the first {n} examples" if not skip else f"examples {skip} to {n - 1}"
             raise IncompleteRun(f"{path}: has {n - skip - len(missing)} of {what} (first missing: index "
                                 f"{missing[0]}): finish it with the command that made it, or compare fewer")
-    return identity, by_index
+    return identity, by_index, [index for index in duplicated if index in by_index]
+
+
+def _checked_score(path: Path, index: int, row: Mapping[str, Any]) -> float:
+    """The row's score, refused (`BadRow`, naming file and row) unless a number in [0, 1]: every metric
+    here scores an example between 0 and 1, and a NaN, an infinity, a 5 or a text would make a table
+    of impossible figures. A failed example's row scores 0 as written."""
+    score = row.get("score")
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score) \
+            or not 0.0 <= score <= 1.0:
+        shown = json.dumps(score)[:40]  # as the file has it: NaN, Infinity, "abc", {...}
+        raise BadRow(f"{path}: the row of example {index} (id {row.get('id')!r}) has score {shown}: "
+                     f"not a number between 0 and 1")
+    return float(score)
+
+
+def _same_example(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two rows are of one example: by fingerprint when both have one, else by question text."""
+    if a.get("fingerprint") is not None and b.get("fingerprint") is not None:
+        return a["fingerprint"] == b["fingerprint"]
+    if "question" in a and "question" in b:
+        return a["question"] == b["question"]
+    return True  # nothing to compare beyond index and id, which the key already holds
 
 
 def _key(row: Mapping[str, Any]) -> str:
@@ -126,6 +148,9 @@ def compare_runs(paths: Sequence[str | os.PathLike], n: int | None = None, skip:
             incomplete.append(str(error))
     if incomplete:
         raise IncompleteRun("; ".join(incomplete))
+    duplicates = [f"{path.name}: examples {', '.join(map(str, found[:10]))}{' ...' if len(found) > 10 else ''} "
+                  "have more than one finished row; the last of each is used" for path, _, _, found in loaded if found]
+    loaded = [(path, identity, rows) for path, identity, rows, _ in loaded]
     first_path, first_identity, _ = loaded[0]
     for path, identity, _ in loaded[1:]:
         changed = identity_diff({k: first_identity.get(k) for k in _SAME}, {k: identity.get(k) for k in _SAME})
@@ -135,14 +160,24 @@ def compare_runs(paths: Sequence[str | os.PathLike], n: int | None = None, skip:
     names = [path.name.removesuffix(".jsonl") for path, _, _ in loaded]
     if len(set(names)) < len(names):
         names = [str(path) for path, _, _ in loaded]
-    scores = [{_key(row): float(row.get("score") or 0.0) for row in rows.values()} for _, _, rows in loaded]
+    scores = [{_key(row): row["score"] for row in rows.values()} for _, _, rows in loaded]
     shared = set.intersection(*(set(s) for s in scores))
     if not shared:
         raise IncompleteRun(f"{', '.join(str(p) for p in paths)}: these runs share no example")
+    # Rows paired by index and id must be of one question: a dev set drawn otherwise pairs strangers.
+    first_rows = {_key(row): row for row in loaded[0][2].values()}
+    for path, _, rows in loaded[1:]:
+        for row in rows.values():
+            key = _key(row)
+            if key in shared and not _same_example(first_rows[key], row):
+                raise RunMismatch(f"{path}: the row of example {row['index']} (id {row.get('id')!r}) is not the "
+                                  f"question of that example in {first_path} (their fingerprints differ): "
+                                  "compare runs on one dev set")
     notes = [f"{name}: {len(s)} examples, compared on the {len(shared)} every run has"
              for name, s in zip(names, scores) if len(s) > len(shared)]
     if skip:
         notes.insert(0, f"the first {skip} examples left out")
+    notes += duplicates
     binary = all(v in (0.0, 1.0) for s in scores for key, v in s.items() if key in shared)
     first = {key: scores[0][key] for key in shared}
     runs: list[RunScore] = []

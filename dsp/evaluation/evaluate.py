@@ -100,10 +100,22 @@ def evaluate(
         log = None
     done: dict[int, dict[str, Any]] = {}
     if log is not None:
+        # Held until the run ends (the finally below): a second writer of this file is refused (FileInUse).
         done = {i: row for i, row in log.open().items()
                 if i < len(examples) and row.get("fingerprint") == example_fingerprint(examples[i])}
         if done and (display or progress):
             print(f"resumed {len(done)} rows from {log.path}")
+    try:
+        return _run(program, examples, metric, metric_name, fields, runner, log, done, seed, progress, display)
+    finally:
+        if log is not None:
+            log.close()
+
+
+def _run(program: Callable[..., Any], examples: list[Example], metric: Callable[..., Any], metric_name: str,
+         fields: Fields, runner: Runner, log: RunLog | None, done: dict[int, dict[str, Any]], seed: int | None,
+         progress: bool | str, display: bool) -> EvaluationResult:
+    """The examples not `done` through `runner`, each row appended to `log` as it finishes."""
     rows: dict[int, dict[str, Any]] = dict(done)
     usage = Usage()
     lock = threading.Lock()

@@ -16,7 +16,17 @@ Opening a file to resume:
   were made is appended, with a warning -- a local model's numbers can round differently on another
   processor and flip a few answers, and the file says which rows may differ;
 - a last line cut mid-write (a kill, a full disk): the torn text is moved to ``<file>.torn`` and the
-  file is cut back to its last whole row, once, with a warning; that example runs again.
+  file is cut back to its last whole row, once, with a warning; that example runs again;
+- a row that cannot be written (a full disk, a read-only folder): `ResultsWriteError`, one line naming
+  the file and the cause; the part of the row that got out is cut back off (else the next open sets it
+  aside, as above), so the same command run again resumes after the last whole row;
+- a file another process is writing (`WriterLock`): `FileInUse` at once, naming the file and that
+  process -- two writers would run every example twice or mix two runs' rows. The lock is taken before
+  the header is read or written and held until `close()` (`dsp.evaluate` closes it when done).
+
+One rule reads rows everywhere (`finished_by_index`: resume, `dsp compare`): an example's row is its last
+finished one (a later row was made by a later run of the same example), else its last failed one;
+an example with more than one finished row is named in a warning.
 
 >>> log = RunLog("runs/rtr.jsonl", {"program": "rtr", "options": {"k": 1}})        # doctest: +SKIP
 >>> done = log.open()                # {index: row} of the rows already there       # doctest: +SKIP
@@ -24,6 +34,7 @@ Opening a file to resume:
 
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
 import json
@@ -35,13 +46,15 @@ import time
 from hashlib import sha256
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..clients.lm import LM
 from ..clients.rm import RM
+from .lock import WriterLock
 from .rows import canonical, jsonable
 
-__all__ = ["RunLog", "RunMismatch", "describe", "identity_diff", "read_run", "machine", "FORMAT"]
+__all__ = ["RunLog", "RunMismatch", "BadRow", "ResultsWriteError", "describe", "identity_diff", "read_run",
+           "finished_by_index", "machine", "FORMAT"]
 
 FORMAT = 1
 HEADER_KEY = "dsp_run"
@@ -89,6 +102,28 @@ def machine() -> dict[str, Any]:
 
 class RunMismatch(ValueError):
     """A results file holds rows of another run (or of an unknown one); resuming would mix them."""
+
+
+class BadRow(ValueError):
+    """A results file's row holds what no run writes (a score that is not a number between 0 and 1)."""
+
+
+class ResultsWriteError(OSError):
+    """A results file could not be written (a full disk, a read-only folder). The rows written before are
+    whole and kept: the same command run again, once the cause is fixed, resumes after them. `errno`
+    is the failed write's, `filename` the results file.
+
+    >>> print(ResultsWriteError(errno.ENOSPC, "runs/x.jsonl: cannot write the results file: disk full", "runs/x.jsonl"))
+    runs/x.jsonl: cannot write the results file: disk full
+    """
+
+    def __str__(self) -> str:
+        # The one-line message alone, not OSError's "[Errno 28] ...: 'file'".
+        return self.strerror if isinstance(self.strerror, str) else super().__str__()
+
+
+# The errors of a device without room: the message says "disk full", which the user knows how to fix.
+_DISK_FULL = frozenset(code for code in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if code is not None)
 
 
 def _digest(value: Any) -> str:
@@ -194,12 +229,51 @@ def read_run(path: str | os.PathLike) -> tuple[dict[str, Any] | None, list[dict[
         except ValueError:
             continue
         if isinstance(record, dict) and HEADER_KEY in record:
+            header = record[HEADER_KEY]
+            found = header.get("identity") if isinstance(header, dict) else None
+            if not isinstance(header, dict) or not isinstance(found if found is not None else {}, dict):
+                raise RunMismatch(f"{path}: line {number}: the {HEADER_KEY!r} header (or its identity) is not "
+                                  f"a JSON object: not a results file of dsp")
             if number == 1 or identity is None:
-                identity = dict(record[HEADER_KEY].get("identity") or {})
+                identity = dict(found or {})
             continue
         if isinstance(record, dict):
             rows.append(record)
     return identity, rows
+
+
+def finished_by_index(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike | None = None
+                      ) -> tuple[dict[int, dict[str, Any]], list[int]]:
+    """({index: row}, indexes with more than one finished row): the one rule that reads a results file's rows.
+
+    An example's row is its last finished row (error null), else its last failed one: a resumed run
+    retries failed examples and appends their new rows. Rows without an integer index are not rows of an
+    example and are left out. With `path`, duplicates are named in a warning (they come from two writers
+    at once before files were locked, or from a changed example rerun at the same index).
+
+    >>> rows = [{"index": 0, "error": "E"}, {"index": 0, "error": None, "score": 1.0},
+    ...         {"index": 1, "error": None, "score": 0.0}, {"index": 1, "error": None, "score": 1.0}]
+    >>> by_index, duplicated = finished_by_index(rows)
+    >>> by_index[0]["score"], by_index[1]["score"], duplicated
+    (1.0, 1.0, [1])
+    """
+    by_index: dict[int, dict[str, Any]] = {}
+    finished: dict[int, int] = {}
+    for row in rows:
+        index = row.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            continue
+        if row.get("error") is None:
+            finished[index] = finished.get(index, 0) + 1
+            by_index[index] = dict(row)
+        elif finished.get(index, 0) == 0:
+            by_index[index] = dict(row)
+    duplicated = sorted(index for index, count in finished.items() if count > 1)
+    if duplicated and path is not None:
+        more = len(duplicated) - 10
+        shown = ", ".join(map(str, duplicated[:10])) + (f" and {more} more" if more > 0 else "")
+        log.warning("%s: examples %s have more than one finished row; the last of each is used", path, shown)
+    return by_index, duplicated
 
 
 def _short_machine(made_on: Any) -> str:
@@ -224,6 +298,7 @@ class RunLog:
         self.before_write = before_write
         self.resumed = 0
         self._lock = threading.Lock()
+        self._writer = WriterLock(self.path)
 
     def __repr__(self) -> str:
         return f"RunLog({str(self.path)!r})"
@@ -258,15 +333,41 @@ class RunLog:
                     self.path, len(torn), aside)
 
     def open(self) -> dict[int, dict[str, Any]]:
-        """Check the file against this run's identity, repair a torn tail, write the header of a new file,
-        and return the finished rows by index."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Take the file's writer lock (`FileInUse` if another process holds it), check the file against
+        this run's identity, repair a torn tail, write the header of a new file, and return the finished
+        rows by index. The lock is held until `close()`."""
+        try:  # a full disk or a read-only folder: the same one line as a failed row write
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer.acquire()
+        except OSError as error:
+            raise self._write_error(error) from None
+        try:
+            return self._open_locked()
+        except BaseException:
+            self._writer.release()
+            raise
+
+    def close(self) -> None:
+        """Release the writer lock (rows already appended are on disk: nothing else to do)."""
+        self._writer.release()
+
+    def __enter__(self) -> "RunLog":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _open_locked(self) -> dict[int, dict[str, Any]]:
         done: dict[int, dict[str, Any]] = {}
         if self.path.exists() and self.path.stat().st_size > 0:
-            self._repair_torn_tail()
+            try:
+                self._repair_torn_tail()
+            except OSError as error:  # no room for <file>.torn yet: nothing was cut, a later run repairs it
+                raise self._write_error(error) from None
             header: dict[str, Any] | None = None
             made_on: Any = None  # the machine of the latest header line
             bad = 0
+            rows: list[dict[str, Any]] = []
             for number, line in _lines(self.path):
                 try:
                     record = json.loads(line)
@@ -282,8 +383,10 @@ class RunLog:
                 elif header is None:
                     raise RunMismatch(f"{self.path} has rows but no run identity (written by an older dsp); "
                                       f"move it away or write to another file")
-                elif isinstance(record.get("index"), int) and record.get("error") is None:
-                    done[record["index"]] = record
+                else:
+                    rows.append(record)
+            by_index, _ = finished_by_index(rows, self.path)
+            done = {index: row for index, row in by_index.items() if row.get("error") is None}
             if bad:
                 log.warning("%s: %d line(s) are not rows and were skipped", self.path, bad)
             if header is not None:
@@ -312,10 +415,38 @@ class RunLog:
                                              "machine": jsonable(machine())}}, ensure_ascii=False))
 
     def _write(self, line: str) -> None:
-        with self.path.open("a", encoding="utf-8", errors="surrogatepass") as handle:
-            handle.write(line + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        """Append `line` and its newline durably, whole or not at all (see `ResultsWriteError`)."""
+        data = memoryview((line + "\n").encode("utf-8", errors="surrogatepass"))
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
+        except OSError as error:
+            raise self._write_error(error) from None
+        try:
+            start = os.fstat(fd).st_size  # one writer (the lock): nobody else appends meanwhile
+            try:
+                # os.write, not a buffered file: a short write (the disk filled mid-row) is seen and retried,
+                # so the failure is known exactly where it happened.
+                while data:
+                    data = data[os.write(fd, data):]
+                os.fsync(fd)  # some file systems report a full disk only here
+            except OSError as error:
+                try:
+                    os.ftruncate(fd, start)  # shrinking needs no room: the file ends with a whole row again
+                except OSError:  # the torn tail stays; the next open() sets it aside (_repair_torn_tail)
+                    log.warning("%s: could not cut back a partly written row; the next run sets it aside",
+                                self.path)
+                raise self._write_error(error) from None
+        finally:
+            os.close(fd)
+
+    def _write_error(self, error: OSError) -> ResultsWriteError:
+        """The one-line error for a failed write of this results file."""
+        reason = error.strerror or str(error)
+        if error.errno in _DISK_FULL:
+            reason = f"disk full ({reason})"
+        return ResultsWriteError(error.errno, f"{self.path}: cannot write the results file: {reason}; the rows "
+                                 f"written before are kept: make room (or fix the cause) and run the same "
+                                 f"command again to resume", str(self.path))
 
     def append(self, row: Mapping[str, Any]) -> None:
         """Append one finished row (thread-safe; the caller's `before_write` runs first, e.g. a cache flush)."""

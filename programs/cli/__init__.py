@@ -23,9 +23,12 @@ import os
 import sys
 from typing import Sequence
 
-from dsp import ContextLengthExceeded, RunMismatch
+from dsp import BadRow, ContextLengthExceeded, FileInUse, RunMismatch
+from dsp.cache import CacheFileError
+from dsp.compiling import CandidateFailed
 from dsp.clients.specs import SpecError
 from dsp.datasets import DataFileError
+from dsp.evaluation.log import ResultsWriteError
 
 from .options import Parser, UsageError
 
@@ -58,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     # Faults of the input the user can fix: one line, no traceback (a bug elsewhere keeps its traceback).
-    except (UsageError, SpecError, RunMismatch, DataFileError, FileNotFoundError, ContextLengthExceeded) as error:
+    except (UsageError, SpecError, RunMismatch, BadRow, FileInUse, CandidateFailed, DataFileError,
+            FileNotFoundError, ContextLengthExceeded, ResultsWriteError, CacheFileError) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

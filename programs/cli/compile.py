@@ -22,8 +22,8 @@ from dsp.compiling import DEMO_KINDS, DemoSpace, Space, report
 from programs.tasks import TASKS, Task
 
 from .options import (
-    UsageError, add_lm, add_out, add_rm, add_seed, add_threads, lm_spec, nonnegative_int, parse_search, parse_set,
-    positive_int, program_options, rm_spec,
+    Bounds, UsageError, add_lm, add_out, add_rm, add_seed, add_threads, lm_spec, nonnegative_int, parse_search,
+    parse_set, positive_int, program_options, rm_spec,
 )
 from .run import FIXED, _family, _rm_choice, build_rm, resolve_program
 
@@ -39,10 +39,12 @@ def add_parser(sub: Any) -> None:
     add_rm(p)
     add_threads(p)
     add_out(p, "", "the compiled program's JSON file (required)")
-    add_seed(p, help="seed of the validation split, the demo draws and the candidate sample")
+    add_seed(p, many=True, help="seed of the validation split, the demo draws and the candidate sample; several "
+                                "(--seeds 0,1,2) compile once each, into FILE-seedS.json, and say which choices agree")
     p.add_argument("--candidates", type=positive_int, default=8, help="candidates to try (the program as written first)")
     p.add_argument("--val", type=positive_int, default=None,
-                   help="validation examples held out of the pool (default: a third of it, 10 to 100)")
+                   help="validation examples held out of the pool (default: half of it, 10 to 400; the race "
+                        "uses as many as its budget allows)")
     p.add_argument("--bootstrap", type=nonnegative_int, default=40,
                    help="pool examples the program is run on to bootstrap augmented demos (0: raw demos only)")
     p.add_argument("--passing", type=_fraction, default=1.0,
@@ -56,7 +58,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--rms", nargs="+", metavar="SPEC", default=[],
                    help="other retrievers a candidate may use instead of the default (--rm, else the task's corpus), "
                         "e.g. hybrid:$DSP_DATA_DIR/wiki2018/passages.jsonl.gz; the compiled program keeps the one chosen")
-    p.add_argument("--no-halving", action="store_true", help="score every candidate on the whole validation part")
+    p.add_argument("--budget", type=positive_int, default=None, metavar="EVALS",
+                   help="candidate-example evaluations the race may spend (default: 200 per candidate)")
+    p.add_argument("--alpha", type=_level, default=0.05,
+                   help="the chance that a leader ever drops a candidate as good as itself (default 0.05)")
+    p.add_argument("--no-racing", action="store_true",
+                   help="score every candidate on the whole validation part, then drop and choose as the race does")
+    # Accepted only to be refused in one line saying why (argparse alone would say "unrecognized").
+    p.add_argument("--split", help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_compile)
 
 
@@ -71,6 +80,14 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _level(text: str) -> float:
+    """argparse type: a probability strictly between 0 and 1."""
+    value = _fraction(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"takes a number in (0, 1), got {text!r}")
+    return value
+
+
 def wrap_for(task: Task) -> Callable[[Callable[..., Any], list], Callable[..., Any]] | None:
     """How a candidate is evaluated: conversations turn by turn, with the program's own earlier answers."""
     if not task.conversational:
@@ -80,14 +97,15 @@ def wrap_for(task: Task) -> Callable[[Callable[..., Any], list], Callable[..., A
     return lambda program, turns: Conversations(turns, program)
 
 
-def _searched(program: Callable[..., Any], name: str, search: dict[str, list[str]], given: dict[str, str]
-              ) -> dict[str, list[Any]]:
-    """--search as {option: typed values}, checked against the program's options and --set."""
+def _searched(program: Callable[..., Any], name: str, search: dict[str, list[str]], given: dict[str, str],
+              bounds: Bounds) -> dict[str, list[Any]]:
+    """--search as {option: typed values}, checked against the program's options, the ranges its family
+    declares (`bounds`) and --set."""
     both = sorted(search.keys() & given.keys())
     if both:
         raise UsageError(f"--set and --search both name {', '.join(both)}: fix an option or search it, not both")
     return {key: [program_options(program, {key: text}, FIXED, where=f"--search: program {name!r}",
-                                  flag="--search")[key] for text in texts]
+                                  flag="--search", bounds=bounds)[key] for text in texts]
             for key, texts in search.items()}
 
 
@@ -104,6 +122,9 @@ def _named_rms(specs: list[str]) -> dict[str, str]:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    if args.split is not None:
+        raise UsageError(f"--split {args.split}: dsp compile reads only the task's training pool, never a dev or test "
+                         f"question; test a compiled program with dsp run PROGRAM --compiled FILE.json --split test")
     if not args.out:
         raise UsageError("--out FILE.json is required: where the compiled program goes")
     out = Path(args.out)
@@ -116,7 +137,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     kinds = DEMO_KINDS if args.bootstrap else ("raw",)
     if args.search is not None:
         # Searched even when the preset sets it: the preset's value stays the baseline's.
-        searched = _searched(program, args.program, parse_search(args.search), given)
+        searched = _searched(program, args.program, parse_search(args.search), given, family.BOUNDS)
     else:
         searched = {k: v for k, v in family.SEARCH.get(args.program, {}).items() if k not in options}
     lm_text = lm_spec(args)
@@ -131,22 +152,43 @@ def cmd_compile(args: argparse.Namespace) -> int:
                 under = ", ".join(f"{o}={options[o]}" for o in family.MOOT.get(key, {}) if o in options)
                 raise UsageError(f"--search {key}: has no effect with {under} (fixed by --preset or --set); "
                                  f"search {under.split('=')[0]} too")
-    pool, _ = task.load(1, 0)  # the training pool only: the dev set is not even kept
+    pool, _ = task.load(1, 0, "dev")  # the training pool only: no dev or test question is kept
     if len(pool) < 20:
         raise UsageError(f"dataset {task.name}: its training pool has {len(pool)} examples; compile needs at least 20")
     lm = dsp.lm_from_spec(lm_text)
     rm = build_rm(task, rm_text)
     rms = {name: dsp.rm_from_spec(spec) for name, spec in others.items()}
+    seeds = list(args.seed)
+    chosen: dict[int, str] = {}
+    for seed in seeds:
+        # One seed: the file asked for; several: one file each, so every seed's program is kept.
+        target = out if len(seeds) == 1 else out.with_name(f"{out.stem}-seed{seed}.json")
+        if len(seeds) > 1:
+            print(f"== seed {seed} -> {target}")
+        compiled = _compile_one(args, task, program, options, space, pool, lm, rm, rms, lm_text, rm_text, target, seed)
+        chosen[seed] = compiled.candidate["key"]
+    if len(seeds) > 1:
+        keys = sorted(set(chosen.values()))
+        said = "; ".join(f"seed {seed}: {key}" for seed, key in chosen.items())
+        print(f"the {len(seeds)} seeds chose {'alike' if len(keys) == 1 else f'{len(keys)} different programs'}: {said}")
+    return 0
+
+
+def _compile_one(args: argparse.Namespace, task: Task, program: Callable[..., Any], options: dict[str, Any],
+                 space: Space, pool: list, lm: Any, rm: Any, rms: dict[str, Any], lm_text: str, rm_text: str | None,
+                 out: Path, seed: int) -> dsp.Compiled:
+    """One compile with `seed` into `out` (its candidates' rows beside it, in OUT.runs/), reported."""
     started = time.perf_counter()
     with dsp.settings.context(lm=lm, rm=rm):
         compiled = dsp.compile(program, pool, task.metric, space=space, candidates=args.candidates, rms=rms,
                                fields=task.fields, val=args.val, bootstrap_limit=args.bootstrap or None,
-                               options=options, runner=args.threads, out=out.with_suffix(".runs"), seed=args.seed,
-                               wrap=wrap_for(task), halving=not args.no_halving, passing=args.passing)
+                               options=options, runner=args.threads, out=out.with_suffix(".runs"), seed=seed,
+                               wrap=wrap_for(task), racing=not args.no_racing, budget=args.budget,
+                               alpha=args.alpha, passing=args.passing)
     compiled.meta.update(task=task.name, program_name=args.program, preset=args.preset, lm_spec=lm_text,
                          rm_spec=rm_text or (rm.spec if isinstance(rm, dsp.RM) else None), rm_name=repr(rm))
     compiled.save(out)
-    print(report(compiled.table))
+    print(report(compiled.table, compiled.meta.get("race")))
     usage, rows = compiled.meta.get("lm_usage") or {}, compiled.meta.get("rows_usage") or {}
     print(f"chose {compiled.candidate['key']} (options {compiled.options}); {len(compiled.table)} candidates, "
           f"{time.perf_counter() - started:.0f} s, {int(usage.get('requests', 0))} LM requests, "
@@ -155,4 +197,4 @@ def cmd_compile(args: argparse.Namespace) -> int:
           f"{int(rows.get('requests', 0))} LM requests (+{int(rows.get('cached_requests', 0))} from the cache), "
           f"{int(rows.get('prompt_tokens', 0))} prompt and {int(rows.get('completion_tokens', 0))} completion tokens")
     print(f"compiled program: {out}  (dsp run {args.program} --dataset {task.name} --compiled {out})")
-    return 0
+    return compiled

@@ -10,7 +10,9 @@
     --seed S          the run's seed (`dsp run`: comma-separated, one training set each)
 
 Every argument is checked before any model loads; a bad one is one line on stderr and exit status 2
-(`UsageError`), never a traceback.
+(`UsageError`), never a traceback. Program options (`--set`, `--preset`, `--search`) are checked against
+the program's parameters (names and types) and against the ranges its family declares (`BOUNDS` in
+programs/open_qa.py, multihop.py, conversational.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import math
 import sys
 import typing
 from typing import Any, Callable, Mapping, NoReturn, Sequence
@@ -27,7 +30,12 @@ from dsp.clients.specs import SpecError, check_lm_spec, check_rm_spec, parse_spe
 __all__ = [
     "UsageError", "Parser", "positive_int", "nonnegative_int", "seed_list", "add_lm", "add_rm", "add_n", "add_threads",
     "add_out", "add_seed", "lm_spec", "rm_spec", "program_options", "parse_set", "parse_search", "existing_path",
+    "Bounds", "check_bounds",
 ]
+
+# A family's declared ranges of its programs' numeric options: option -> (least, greatest), both inclusive,
+# None for no bound (plain data, e.g. programs.open_qa.BOUNDS).
+Bounds = Mapping[str, tuple[float | None, float | None]]
 
 
 class UsageError(Exception):
@@ -241,9 +249,12 @@ def _typed(name: str, text: Any, default: Any, hint: Any, flag: str = "--set") -
             raise UsageError(f"{flag} {name}: takes an integer, got {text!r}") from None
     if kind is float:
         try:
-            return float(text)
+            number = float(text)
         except ValueError:
             raise UsageError(f"{flag} {name}: takes a number, got {text!r}") from None
+        if not math.isfinite(number):  # float() reads "nan" and "inf": no program option means either
+            raise UsageError(f"{flag} {name}: takes a finite number, got {text!r}")
+        return number
     if kind is str:
         return text
     try:
@@ -252,11 +263,48 @@ def _typed(name: str, text: Any, default: Any, hint: Any, flag: str = "--set") -
         return text
 
 
+def check_bounds(name: str, value: Any, bounds: Bounds, flag: str = "--set") -> None:
+    """Refuse a numeric option `value` outside the range `bounds` declares for `name` (a `UsageError`
+    naming the option, its range and the value); an option without declared bounds, or a value that is
+    no number, passes.
+
+    >>> check_bounds("k", 3, {"k": (1, None)})
+    >>> check_bounds("k", -1, {"k": (1, None)})
+    Traceback (most recent call last):
+    ...
+    programs.cli.options.UsageError: --set k: must be at least 1, got -1
+    >>> check_bounds("temperature", 2.5, {"temperature": (0.0, 2.0)}, flag="--search")
+    Traceback (most recent call last):
+    ...
+    programs.cli.options.UsageError: --search temperature: must be between 0 and 2, got 2.5
+    """
+    if name not in bounds or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    least, greatest = bounds[name]
+    if (least is None or value >= least) and (greatest is None or value <= greatest):
+        return
+    if least is not None and greatest is not None:
+        wanted = f"between {least:g} and {greatest:g}"
+    else:
+        wanted = f"at least {least:g}" if least is not None else f"at most {greatest:g}"
+    raise UsageError(f"{flag} {name}: must be {wanted}, got {value!r}")
+
+
 def program_options(program: Callable[..., Any], given: Mapping[str, Any], fixed: Sequence[str] = (),
-                    where: str = "the program", flag: str = "--set") -> dict[str, Any]:
-    """`given` options checked against `program`'s parameters and typed as they are: an unknown key or
-    a value of the wrong type is a `UsageError` naming the valid ones. `fixed` parameters (the question,
-    the training set) cannot be set."""
+                    where: str = "the program", flag: str = "--set", bounds: Bounds | None = None) -> dict[str, Any]:
+    """`given` options checked against `program`'s parameters and typed as they are: an unknown key, a
+    value of the wrong type, or a number outside the range `bounds` declares for it (the family's
+    `BOUNDS`) is a `UsageError` naming the valid ones. `fixed` parameters (the question, the training set)
+    cannot be set.
+
+    >>> def rtr(question, train, k: int = 1, order: str = "relevance"): ...
+    >>> program_options(rtr, {"k": "3"}, ("question", "train"), bounds={"k": (1, None)})
+    {'k': 3}
+    >>> program_options(rtr, {"k": "0"}, ("question", "train"), bounds={"k": (1, None)})
+    Traceback (most recent call last):
+    ...
+    programs.cli.options.UsageError: --set k: must be at least 1, got 0
+    """
     signature = inspect.signature(program)
     try:
         hints = typing.get_type_hints(program)
@@ -269,4 +317,5 @@ def program_options(program: Callable[..., Any], given: Mapping[str, Any], fixed
         if key not in settable:
             raise UsageError(f"{where} has no option {key!r}; its options: {', '.join(settable) or 'none'}")
         out[key] = _typed(key, value, settable[key].default, hints.get(key), flag)
+        check_bounds(key, out[key], bounds or {}, flag)
     return out

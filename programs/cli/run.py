@@ -1,21 +1,28 @@
 """`dsp run` (evaluate a bundled program on a task) and `dsp ask` (one question, with its trace).
 
     dsp run dsp --dataset nq --n 300 --seed 0,1,2,3,4 --threads 2 [--preset small] [--set k=5 n=10]
+    dsp run dsp --dataset nq --compiled nq-dsp.json --split test      # the declared test split, used once
     dsp ask "who got the first nobel prize in physics" --program retrieve_then_read
 
-A run's results go to ``<out>/<task>-<program>[-<preset>][-<options>][-shots<K>]-seed<S>.jsonl``, whose
-header records everything that decides its rows (task, split, program, options, preset, shots, seed,
-LM, RM): the same command resumes it, a command with other settings is refused with a line naming
-what changed.
+A run's results go to ``<out>/<task>[-test]-<program>[-<preset>][-<options>][-shots<K>]-seed<S>.jsonl``
+(``-test`` for the test split, so test rows never share a file with dev rows), whose header records
+everything that decides its rows (task, split, program, options, preset, shots, seed, LM, RM): the same
+command resumes it, a command with other settings is refused with a line naming what changed. An option
+set to the value it has anyway (``--set k=1`` where k is 1 by default, or by the preset) is the same run
+as leaving it out: the same file, which it resumes. Options are checked (names, types and the ranges the
+program's family declares in its `BOUNDS`) before any model loads. Two different option sets never share
+a name: a value whose text could be read otherwise is named by a digest after a "~" (``k_1~6fe2249cdf``).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import importlib
 import inspect
+import json
 import re
 import sys
 from functools import partial
@@ -24,16 +31,18 @@ from types import ModuleType
 from typing import Any, Callable
 
 import dsp
+from dsp.clients.retry import REDACTED, redact_urls
+from dsp.clients.specs import check_rm_spec
 from dsp.evaluation import Ray, Runner, Threads
 from programs.conversational import Conversations
-from programs.tasks import TASKS, Task
+from programs.tasks import SPLITS, TASKS, Task
 
 from .options import (
     UsageError, add_lm, add_n, add_out, add_rm, add_seed, add_threads, existing_path, lm_spec, nonnegative_int,
     parse_set, positive_int, program_options, rm_spec,
 )
 
-__all__ = ["add_parser", "cmd_run", "cmd_ask", "resolve_program", "build_rm", "results_name"]
+__all__ = ["add_parser", "cmd_run", "cmd_ask", "resolve_program", "build_rm", "results_name", "run_entries"]
 
 PAPER_SHOTS = 16
 # Parameters a task supplies to every program: never settable with --set.
@@ -48,14 +57,18 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--dataset", default="nq", choices=list(TASKS), help="the task")
     add_lm(run)
     add_rm(run)
-    add_n(run, "dev examples (the first N, or N drawn with --dev-seed)")
+    add_n(run, "examples of the split (the first N, or N drawn with --dev-seed)")
     add_threads(run)
     add_out(run, "runs", "directory for the per-example JSONL files")
     add_seed(run, many=True, help="training-set seed(s), one 16-shot draw each")
     run.add_argument("--shots", type=nonnegative_int, default=PAPER_SHOTS, help="training examples per seed")
     run.add_argument("--preset", help="a named set of the program's options, e.g. small (for the embedded model)")
     run.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="program options, e.g. k=5 n=10")
-    run.add_argument("--dev-seed", type=nonnegative_int, default=0, help="seed of the dev downsampling")
+    run.add_argument("--split", choices=SPLITS, default="dev",
+                     help="the task's dev split, or its declared test split: used once, never to design, tune or "
+                          f"choose (declared by {', '.join(t for t in TASKS if 'test' in TASKS[t].splits)})")
+    run.add_argument("--dev-seed", type=nonnegative_int, default=None,
+                     help="seed of the dev downsampling (default: 0; the test split is fixed)")
     run.add_argument("--compiled", type=existing_path, metavar="FILE.json",
                      help="run the program as `dsp compile` tuned it: its demonstrations and options "
                           "(--set KEY=VALUE changes one, for an ablation; the results file's name says so)")
@@ -101,9 +114,9 @@ def resolve_program(task: Task, name: str, preset: str | None, settings: dict[st
     if preset is not None:
         if preset not in family.PRESETS:
             raise UsageError(f"no preset {preset!r} for {task.name}; presets: {', '.join(family.PRESETS)}")
-        options = program_options(program, family.PRESETS[preset], FIXED,
+        options = program_options(program, family.PRESETS[preset], FIXED, bounds=family.BOUNDS,
                                   where=f"preset {preset!r} is for the dsp program; program {name!r}")
-    options.update(program_options(program, settings, FIXED, where=f"program {name!r}"))
+    options.update(program_options(program, settings, FIXED, where=f"program {name!r}", bounds=family.BOUNDS))
     return program, options
 
 
@@ -114,29 +127,141 @@ def effective_options(program: Callable, options: dict[str, Any]) -> dict[str, A
     return {**defaults, **options}
 
 
-def _slug(changed: dict[str, Any]) -> str:
-    text = "-".join(f"{key}{value}" for key, value in sorted(changed.items()))
-    text = re.sub(r"[^A-Za-z0-9._=]+", "_", text).strip("_")
-    if len(text) > 60:  # a long option set is named by its digest (the header holds it in full)
-        text = "opts" + hashlib.sha256(text.encode()).hexdigest()[:10]
-    return text
+_SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._]+")  # what a value's text may not hold to be shown as it is
+_SLUG_LONG = 60  # characters; a longer option set is named by its digest (the header holds it in full)
+_SLUG_DIGEST = re.compile(r"opts[0-9a-f]{10}")  # how a long option set is named
+
+
+def _slug(changed: dict[str, Any], program: Callable) -> str:
+    """The part of a results file's name that says which options differ: ``key value`` pairs, sorted,
+    joined by "_" (``k3_n5``), as ever. Two different option sets never get one slug: it is shown so only
+    when it reads back, as `--set` types values, as these options and no others (one way to split it into
+    this program's option names and values); else its text is made file-safe and a digest of the exact
+    values follows a "~", which a plain slug never holds.
+
+    >>> def rtr(question, train, k: int = 1, order: str = "relevance", temperature: float = 0.0): ...
+    >>> _slug({"k": 3, "order": "lost_in_the_middle"}, rtr)
+    'k3_orderlost_in_the_middle'
+    >>> _slug({"k": -1}, rtr), _slug({"temperature": -0.5}, rtr), _slug({"temperature": 0.5}, rtr)
+    ('k_1~6fe2249cdf', 'temperature_0.5~20ace7ec54', 'temperature0.5')
+    >>> _slug({"order": "a b"}, rtr), _slug({"order": "a/b"}, rtr)
+    ('ordera_b~2f1cdb854f', 'ordera_b~1b76c231bf')
+    """
+    pairs = sorted(changed.items())
+    shown = [f"{key}{value}" for key, value in pairs]
+    text = "_".join(shown)
+    if all(_reads_as(program, key, value) for key, value in pairs) and text and \
+            not _SLUG_DIGEST.fullmatch(text) and _readings(text, program, 2) == 1:
+        # Faithful: only these options read so. A long one is named by a digest of that text, as ever.
+        return text if len(text) <= _SLUG_LONG else "opts" + hashlib.sha256(text.encode()).hexdigest()[:10]
+    digest = hashlib.sha256(json.dumps(pairs, sort_keys=True, default=repr).encode()).hexdigest()[:10]
+    return f"{_SLUG_UNSAFE.sub('_', '-'.join(shown)).strip('_')[:_SLUG_LONG - 11]}~{digest}"
+
+
+_UNREADABLE = object()
+
+
+@functools.lru_cache(maxsize=4096)
+def _read(program: Callable, key: str, text: str) -> Any:
+    """`text` as `--set key=text` types it for `program` (`_UNREADABLE` if it is refused); cached, as a
+    slug's readings try many splits of one name."""
+    try:
+        return program_options(program, {key: text}, FIXED)[key]
+    except UsageError:
+        return _UNREADABLE
+
+
+def _reads_as(program: Callable, key: str, value: Any) -> bool:
+    """Whether `value`'s text is file-safe and reads back (as `--set` types it) as this very value: not a
+    string "3" where the text "3" reads as the number 3."""
+    shown = f"{value}"
+    if _SLUG_UNSAFE.search(shown):
+        return False
+    back = _read(program, key, shown)
+    return back is not _UNREADABLE and back == value and type(back) is type(value)
+
+
+def _readings(text: str, program: Callable, enough: int) -> int:
+    """How many option sets of `program` (counted up to `enough`) a slug `text` could be: splits of it
+    into ``key value`` pairs joined by "_", keys in sorted order, each value read as `--set` reads it and
+    shown back as the very same text."""
+    names = sorted(n for n, p in inspect.signature(program).parameters.items()
+                   if n not in FIXED and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+    def reads(key: str, shown: str) -> bool:
+        back = _read(program, key, shown)
+        return back is not _UNREADABLE and f"{back}" == shown
+
+    def count(start: int, after: int) -> int:  # readings of text[start:] with keys from names[after:]
+        found = 0
+        for i in range(after, len(names)):
+            key = names[i]
+            if not text.startswith(key, start):
+                continue
+            begin = start + len(key)
+            ends = [j for j in range(begin + 1, len(text)) if text[j] == "_"] + [len(text)]
+            for end in ends:
+                if reads(key, text[begin:end]):
+                    found += 1 if end == len(text) else count(end + 1, i + 1)
+                    if found >= enough:
+                        return found
+        return found
+
+    return count(0, 0)
 
 
 def results_name(task: Task, name: str, preset: str | None, program: Callable, options: dict[str, Any],
-                 shots: int, seed: int) -> str:
+                 shots: int, seed: int, split: str = "dev") -> str:
     """The results file of a run: settings that differ from the program's (preset's) defaults are in the
-    name, so sweeps sit side by side.
+    name, so sweeps sit side by side (a setting equal to its default is no change: the same file); a test
+    run's name says so after the task's. Different settings never get one name (see `_slug`).
 
     >>> results_name(TASKS["nq"], "retrieve_then_read", None, lambda q, train, k=1: q, {"k": 3}, 16, 0)
     'nq-retrieve_then_read-k3-seed0.jsonl'
+    >>> results_name(TASKS["nq"], "retrieve_then_read", None, lambda q, train, k=1: q, {}, 16, 0, split="test")
+    'nq-test-retrieve_then_read-seed0.jsonl'
     """
     base = effective_options(program, {})
     if preset is not None:
         base.update(_family(task).PRESETS[preset])
-    changed = {k: v for k, v in options.items() if base.get(k, object()) != v}
-    parts = [task.name, name] + ([preset] if preset else []) + ([_slug(changed)] if changed else [])
+    changed = {k: v for k, v in options.items() if k not in base or _differs(base[k], v)}
+    parts = [_split_stem(task, split), name] + ([preset] if preset else [])
+    parts += [_slug(changed, program)] if changed else []
     parts += [f"shots{shots}"] if shots != PAPER_SHOTS else []
     return "-".join(parts + [f"seed{seed}"]) + ".jsonl"
+
+
+def _differs(default: Any, value: Any) -> bool:
+    """Whether an option's `value` is a change from its `default` (True is not 1, 1.0 is not 1).
+
+    >>> _differs(1, 1), _differs(0.7, 0.7), _differs(1, 3), _differs(1, True)
+    (False, False, True, True)
+    """
+    return default != value or type(default) is not type(value)
+
+
+def _split_stem(task: Task, split: str) -> str:
+    """The start of a results file's name: the task's, and "-test" for its test split (dev names as ever)."""
+    return task.name if split == "dev" else f"{task.name}-{split}"
+
+
+def _examples(task: Task, args: argparse.Namespace) -> tuple[list, list, dict[str, Any]]:
+    """(training pool, the examples to run, what the results file's identity says of them). A dev run's
+    identity is as it was before test splits existed, so its published files still resume."""
+    try:
+        task.check_split(args.split)
+    except ValueError as error:
+        raise UsageError(f"--split {args.split}: {error}") from None
+    if args.split == "test" and args.dev_seed is not None:
+        raise UsageError(f"--dev-seed draws dev questions; the test split of {task.name} is fixed: drop --dev-seed")
+    dev_seed = 0 if args.dev_seed is None else args.dev_seed
+    try:
+        pool, examples = task.load(args.n, dev_seed, args.split)
+    except ValueError as error:
+        raise UsageError(f"--n {args.n}: {error}") from None
+    if args.split == "dev":
+        return pool, examples, {"dev": {"order": task.dev_order, "seed": dev_seed}}
+    return pool, examples, {"split": args.split, args.split: task.test.describe(task.dev_order)}
 
 
 def build_rm(task: Task, spec: str | None) -> Any:
@@ -175,8 +300,26 @@ def _runner(args: argparse.Namespace, task: Task) -> Runner:
 
 
 def _bound(task: Task, program: Callable, train: list, options: dict[str, Any], dev: list) -> Callable:
-    bound = partial(program, train=train, **options)
+    """`program` with its training set and the options that differ from its own defaults.
+
+    One rule: an option set to the value the program would use anyway (``--set k=1`` when k defaults to
+    1) is the same run as leaving it out: the same file name and the same identity, so it resumes that
+    file. Binding it would put it in the identity's `program` and refuse the file's rows as another
+    run's; the published results/ headers bind only options that differ.
+    """
+    defaults = effective_options(program, {})
+    differing = {key: value for key, value in options.items() if key not in defaults or _differs(defaults[key], value)}
+    bound = partial(program, train=train, **differing)
     return Conversations(dev, bound) if task.conversational else bound
+
+
+def run_entries(task: Task, args: argparse.Namespace, program: Callable, options: dict[str, Any],
+                examples: dict[str, Any]) -> dict[str, Any]:
+    """What a run's identity says besides the program, metric, fields, seed, LM and RM (which
+    `dsp.evaluation.run_identity` adds): task, which questions, program name, preset, every option's
+    value (its defaults included, so a default set by name or left out reads alike) and shots."""
+    return {"task": task.name, **examples, "program_name": args.program, "preset": args.preset,
+            "options": dsp.evaluation.describe(effective_options(program, options)), "shots": args.shots}
 
 
 # -- the commands ---------------------------------------------------------------------------------------
@@ -189,13 +332,11 @@ def _compiled(task: Task, args: argparse.Namespace, program: Callable,
     if args.preset:
         raise UsageError("--compiled fixes the program's options: drop --preset (--set KEY=VALUE changes one)")
     try:
-        compiled = dsp.load_compiled(args.compiled)
-    except (ValueError, ImportError) as error:
+        # A compiled file is data: it must name the program asked for, which is passed (nothing it names is
+        # imported), and it is checked whole, options included, before anything runs.
+        compiled = dsp.load_compiled(args.compiled, program=program)
+    except ValueError as error:
         raise UsageError(f"--compiled: {error}") from None
-    made_for = dsp.compiling.program_name(program)
-    if dsp.compiling.program_name(compiled.program) != made_for:
-        raise UsageError(f"--compiled {args.compiled} holds {dsp.compiling.program_name(compiled.program)}, not "
-                         f"{made_for} ({args.program} on {task.name})")
     current = effective_options(program, compiled.options)
     changed = {key: value for key, value in changes.items() if current.get(key, object()) != value}
     if changed:
@@ -211,10 +352,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     lm_text = lm_spec(args)
     rm_text = _rm_choice(args)
     if compiled is not None and compiled.rm_spec:
-        if args.rm:
+        # The retriever the search chose is part of the compiled program; --rm may only give it back the
+        # credentials its saved spec was stripped of (`***`).
+        if args.rm and (REDACTED not in compiled.rm_spec or redact_urls(rm_text or "") != compiled.rm_spec):
             raise UsageError(f"--compiled {args.compiled} chose its retriever ({compiled.rm_spec}): drop --rm")
-        rm_text = compiled.rm_spec  # the retriever the search chose is part of the compiled program
-    pool, dev = task.load(args.n, args.dev_seed)
+        rm_text = rm_text if args.rm else check_rm_spec(compiled.rm_spec)
+    pool, dev, examples = _examples(task, args)
     for i, example in enumerate(dev):
         try:
             task.fields.check(example, i)
@@ -222,27 +365,31 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"dataset {task.name}: {error}") from None
     trains = {seed: _train(pool, args.shots, seed) for seed in args.seed}
     lm = dsp.lm_from_spec(lm_text)       # the first thing that loads a model: every check is done
-    rm = build_rm(task, rm_text)
     if compiled is not None and compiled.rm_spec:
-        compiled.rm = rm  # built once, here: the run's identity names the RM the program uses
+        # Built once, here: the run's identity names the RM the program uses. From the file's own spec it is
+        # built by the compiled program, whose errors never quote the file the spec names.
+        compiled.rm = dsp.rm_from_spec(rm_text) if args.rm else None
+        rm = compiled.retriever()
+    else:
+        rm = build_rm(task, rm_text)
     out_dir = Path(args.out)
     results = []
     with dsp.settings.context(lm=lm, rm=rm):
         for seed in args.seed:
-            identity = {"task": task.name, "dev": {"order": task.dev_order, "seed": args.dev_seed},
-                        "program_name": args.program, "preset": args.preset,
-                        "options": dsp.evaluation.describe(effective_options(program, options)),
-                        "shots": args.shots}
+            identity = run_entries(task, args, program, options, examples)
             if compiled is not None:
-                changed = f"-{_slug(ablation)}" if ablation else ""  # an ablation's options, as results_name does
-                stem = f"{task.name}-{args.program}-compiled_{Path(args.compiled).stem}{changed}"
+                # an ablation's options, as results_name does
+                changed = f"-{_slug(ablation, program)}" if ablation else ""
+                stem = f"{_split_stem(task, args.split)}-{args.program}-compiled_{Path(args.compiled).stem}{changed}"
                 out = out_dir / f"{stem}-seed{seed}.jsonl"
                 identity.update(compiled=digest, options=dsp.evaluation.describe(compiled.options), shots=None)
                 bound = Conversations(dev, compiled) if task.conversational else compiled
             else:
-                out = out_dir / results_name(task, args.program, args.preset, program, options, args.shots, seed)
+                out = out_dir / results_name(task, args.program, args.preset, program, options, args.shots, seed,
+                                             args.split)
                 bound = _bound(task, program, trains[seed], options, dev)
-            print(f"== {args.program} on {task.name}: {len(dev)} examples, seed {seed}, {lm.name}, {rm!r} -> {out}")
+            print(f"== {args.program} on {_split_stem(task, args.split)}: {len(dev)} examples, seed {seed}, {lm.name}, "
+                  f"{rm!r} -> {out}")
             result = dsp.evaluate(bound, dev, metric=task.metric, fields=task.fields, runner=runner, out=out,
                                   run=identity, seed=seed)
             low, high = result.confidence_interval()
@@ -250,7 +397,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             results.append(result)
     table = dsp.summarize_seeds(results)
     print(table.round({"score": 1}).to_string(index=False))  # one decimal, as every score line above
-    print(f"{args.program} on {task.name}: {table.attrs['text']}; per-example results in {out_dir}/")
+    print(f"{args.program} on {_split_stem(task, args.split)}: {table.attrs['text']}; "
+          f"per-example results in {out_dir}/")
     usage = dsp.Usage()
     if args.backend == "ray":  # the workers made the calls: their per-example counts are the totals
         for result in results:
@@ -285,6 +433,8 @@ def _tail(prompt: str, full: bool) -> str:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
+    if not args.question.strip():  # checked first: an empty prompt would load a model to answer nothing
+        raise UsageError(f"the question is empty ({args.question!r}): ask one, e.g. dsp ask \"Who wrote Hamlet?\"")
     task = TASKS[args.dataset]
     program, options = resolve_program(task, args.program, args.preset, parse_set(args.set))
     lm_text = lm_spec(args)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import dsp
+from dsp.clients.retry import redact_urls
 from dsp import ORDER_STRATEGIES
 from dsp.clients.specs import check_lm_spec
 from dsp.datasets import data_path, local_path
@@ -70,12 +71,14 @@ def paper_positions(total_docs: int) -> list[int]:
 
 
 def model_tag(spec: str) -> str:
-    """A directory name for an LM spec.
+    """A directory name for an LM spec (its URL credentials blanked first: a folder name is written too).
 
     >>> model_tag("openai-compatible:http://127.0.0.1:8765/v1")
     'openai-compatible_http_127.0.0.1_8765_v1'
+    >>> model_tag("openai-compatible:http://me:pw@host/v1")
+    'openai-compatible_http_host_v1'
     """
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", spec).strip("_") or "lm"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", redact_urls(spec).replace("***@", "")).strip("_") or "lm"
 
 
 # -- argument checks (all before anything loads) ------------------------------------------------------

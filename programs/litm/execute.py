@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from dsp import LM, ContextLengthExceeded, CountsTokens, Fields, evaluate
+from dsp.clients.retry import redact_urls
 from dsp.evaluation import describe, read_run
 
 from .data import write_records
@@ -108,7 +109,7 @@ def run_setting(lm: LM, run: Run, out_dir: str | os.PathLike, max_tokens: int = 
     result = evaluate(answer, run.items, metric=metric, fields=fields, runner=threads, out=results_path(out_dir, run),
                       run=identity, progress=progress, display=False)
     elapsed = time.perf_counter() - started
-    model = spec or lm.name
+    model = redact_urls(spec) if spec else lm.name  # a summary file is written: no URL credential in it
     _write_predictions(out_dir / f"{run.setting}.predictions.jsonl.gz", run, result.rows, model, params)
     summary = summarize(run, result.rows, token_counts)
     summary.update(model=model, model_name=lm.name, model_repr=repr(lm), model_identity=lm.cache_identity(),

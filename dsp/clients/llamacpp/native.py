@@ -203,16 +203,27 @@ class NativeModel:
         self._n_threads = n_threads
         self._path = path
         self._kernels = (bool(extra_buffers), bool(flash_attn))  # they change which kernels run
+        self.eos, self.bos = int(self._low.llama_vocab_eos(self._vocab)), int(self._low.llama_vocab_bos(self._vocab))
+        self.chat_template: str | None = self._llm.metadata.get("tokenizer.chat_template") or None  # from the GGUF
 
     # -- vocabulary ---------------------------------------------------------------------------------
 
-    def tokenize(self, text: str, add_bos: bool = False) -> list[int]:
-        """Token ids of `text`, special-token markup read as plain text.
+    def tokenize(self, text: str, add_bos: bool = False, special: bool = False) -> list[int]:
+        """Token ids of `text`; special-token markup is read as plain text unless `special` (a prompt
+        rendered by a chat template, whose markup is the model's own control tokens).
 
         >>> model.tokenize("Hello world")                              # doctest: +SKIP
         [9259, 1902]
         """
-        return list(self._llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=False))
+        return list(self._llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special))
+
+    def token_text(self, token: int) -> str:
+        """A token's text as the vocabulary stores it (control tokens included); "" for -1 (no such token).
+
+        >>> model.token_text(model.eos)                                # doctest: +SKIP
+        '<|im_end|>'
+        """
+        return "" if token < 0 else self._low.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
 
     def piece(self, token: int) -> bytes:
         """The bytes of one token (special tokens render as nothing), remembered per token.
