@@ -1,0 +1,249 @@
+"""The column's gate: one fixed loopback port in front of the LM server and the RM server, for both systems.
+
+    python bench/peer/gate.py --port 18800 --lm http://127.0.0.1:41001 --rm http://127.0.0.1:41002
+
+- ``/lm/...`` goes to the LM server (``/lm/v1/completions`` -> ``/v1/completions``), with the generation
+  policy (config.GENERATION, plus the sampling settings below) filled into any request that lacks a
+  value: the same policy for dsp and for DSPy, whatever each client sends by default; with
+  ``--merge-system`` (Gemma) a chat request's system message is rendered as the model's own template
+  does, at the start of the first user message;
+- ``/rm/...`` goes to the RM server (``dsp serve``: ``/rm/api/search`` -> ``/api/search``);
+- ``GET /gate/stats``: what reached the servers (LM requests, prompt and completion tokens as the LM
+  server counted them, RM searches, which defaults were filled in how often) -- the same meter for both
+  systems, read before and after a compile to give its cost;
+- ``GET /gate/health``.
+
+Why a gate: the URLs a dsp results file records (and its cache keys) hold the port, so they must not
+change between invocations of run.sh, while the servers behind it may start on any free port; and the
+llama.cpp server's own defaults (temperature 0.8, top-k 40, a repeat penalty, 16 tokens) would apply to
+whatever a client leaves out. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from config import GENERATION  # noqa: E402  (this folder on the path: run as a script)
+
+__all__ = ["POLICY", "Gate", "fill_policy", "merge_system", "main"]
+
+# What a request that names none of them runs with: config.GENERATION, and the sampling settings of the
+# project's embedded client (dsp.LlamaCpp: no top-k, top-p or min-p cut, no repeat penalty), so a
+# greedy answer through the server is the embedded model's greedy answer.
+POLICY: dict[str, Any] = {**GENERATION, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
+_GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
+_TIMEOUT = 600.0  # seconds: a long prompt on 2 busy cores is slow, but a hung server must not hang a run
+
+
+def fill_policy(body: dict[str, Any]) -> list[str]:
+    """Fill `body` (a completion request) with the policy's values for the keys it lacks; return those keys.
+
+    A client's own value stays: dsp's sampled calls keep their temperature, DSPy's its token limit.
+    DSPy sends its limit as OpenAI's newer ``max_completion_tokens``, which llama.cpp's server ignores
+    (a chat request would then generate until the context is full): it becomes ``max_tokens``, counted
+    as "max_completion_tokens->max_tokens".
+
+    >>> body = {"prompt": "Q:", "temperature": 0.3}
+    >>> fill_policy(body), body["temperature"], body["max_tokens"]
+    (['max_tokens', 'top_p', 'top_k', 'min_p', 'repeat_penalty'], 0.3, 150)
+    >>> body = {"messages": [], "temperature": 0.0, "max_completion_tokens": 150}
+    >>> fill_policy(body)[0], body["max_tokens"]
+    ('max_completion_tokens->max_tokens', 150)
+    """
+    filled = []
+    if body.get("max_tokens") is None and body.get("max_completion_tokens") is not None:
+        body["max_tokens"] = body.pop("max_completion_tokens")
+        filled.append("max_completion_tokens->max_tokens")
+    missing = [key for key in POLICY if body.get(key) is None]
+    for key in missing:
+        body[key] = POLICY[key]
+    return filled + missing
+
+
+def merge_system(body: dict[str, Any]) -> bool:
+    """Move a chat request's leading system message to the start of its first user message (the system
+    text, a blank line, then the user's), as Gemma 3's own chat template renders a system turn; return
+    whether there was one. For a server whose chat format would drop it (llama-cpp-python's "gemma").
+
+    >>> body = {"messages": [{"role": "system", "content": "Format: A."}, {"role": "user", "content": "Q?"}]}
+    >>> merge_system(body), body["messages"]
+    (True, [{'role': 'user', 'content': 'Format: A.\\n\\nQ?'}])
+    """
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not isinstance(messages[0], dict) \
+            or messages[0].get("role") != "system" or not isinstance(messages[0].get("content"), str):
+        return False
+    system, rest = messages[0]["content"], list(messages[1:])
+    for i, message in enumerate(rest):
+        if isinstance(message, dict) and message.get("role") == "user" and isinstance(message.get("content"), str):
+            rest[i] = {**message, "content": f"{system}\n\n{message['content']}"}
+            break
+    else:
+        rest.insert(0, {"role": "user", "content": system})
+    body["messages"] = rest
+    return True
+
+
+class Gate(ThreadingHTTPServer):
+    """The gate's server: upstream addresses and counters."""
+
+    daemon_threads = True
+
+    def __init__(self, port: int, lm: str, rm: str, merge_system: bool = False) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.upstream = {"lm": urlsplit(lm), "rm": urlsplit(rm)}
+        self.merge_system = merge_system
+        self.lock = threading.Lock()
+        self.stats: dict[str, Any] = {"lm_requests": 0, "lm_errors": 0, "prompt_tokens": 0, "completion_tokens": 0,
+                                      "lm_seconds": 0.0, "rm_requests": 0, "rm_errors": 0, "filled": {},
+                                      "started": time.time()}
+        self.local = threading.local()
+
+    def connection(self, which: str) -> http.client.HTTPConnection:
+        """This thread's keep-alive connection to an upstream server."""
+        key = f"conn_{which}"
+        conn = getattr(self.local, key, None)
+        if conn is None:
+            target = self.upstream[which]
+            conn = http.client.HTTPConnection(target.hostname, target.port, timeout=_TIMEOUT)
+            setattr(self.local, key, conn)
+        return conn
+
+    def drop(self, which: str) -> None:
+        conn = getattr(self.local, f"conn_{which}", None)
+        if conn is not None:
+            conn.close()
+            setattr(self.local, f"conn_{which}", None)
+
+    def count(self, **values: Any) -> None:
+        with self.lock:
+            for key, value in values.items():
+                if key == "filled":
+                    for name in value:
+                        self.stats["filled"][name] = self.stats["filled"].get(name, 0) + 1
+                else:
+                    self.stats[key] += value
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Gate
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        """Quiet: thousands of requests a run."""
+
+    def _reply(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, payload: Any) -> None:
+        self._reply(status, json.dumps(payload).encode("utf-8"))
+
+    def do_GET(self) -> None:  # noqa: N802 (the base class's name)
+        self._route("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._route("POST")
+
+    def _route(self, method: str) -> None:
+        path = self.path
+        if path.startswith("/gate/stats"):
+            with self.server.lock:
+                self._json(200, json.loads(json.dumps(self.server.stats)))
+            return
+        if path.startswith("/gate/health"):
+            self._json(200, {"status": "ok"})
+            return
+        which, _, rest = path.lstrip("/").partition("/")
+        if which not in ("lm", "rm"):
+            self._json(404, {"error": f"no route {path!r}: /lm/..., /rm/..., /gate/stats"})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        upstream_path = "/" + rest
+        filled: list[str] = []
+        if which == "lm" and method == "POST" and upstream_path.split("?")[0] in _GENERATION_PATHS:
+            try:
+                request = json.loads(body or b"{}")
+            except ValueError:
+                self._json(400, {"error": "the request body is not JSON"})
+                return
+            if isinstance(request, dict):
+                filled = fill_policy(request)
+                if self.server.merge_system and merge_system(request):
+                    filled.append("system->first user message")
+                body = json.dumps(request).encode("utf-8")
+        headers = {"Content-Type": self.headers.get("Content-Type") or "application/json",
+                   "Content-Length": str(len(body))}
+        started = time.perf_counter()
+        status, payload, content_type = self._forward(which, method, upstream_path, body, headers)
+        if which == "rm":
+            self.server.count(rm_requests=1, rm_errors=int(status >= 400))
+        else:
+            usage: dict[str, Any] = {}
+            if status < 400 and content_type.startswith("application/json"):
+                try:
+                    usage = json.loads(payload).get("usage") or {}
+                except (ValueError, AttributeError):
+                    usage = {}
+            generation = bool(filled) or upstream_path.split("?")[0] in _GENERATION_PATHS
+            self.server.count(lm_requests=int(generation), lm_errors=int(status >= 400),
+                              prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                              completion_tokens=int(usage.get("completion_tokens") or 0),
+                              lm_seconds=time.perf_counter() - started, filled=filled)
+        self._reply(status, payload, content_type)
+
+    def _forward(self, which: str, method: str, path: str, body: bytes,
+                 headers: dict[str, str]) -> tuple[int, bytes, str]:
+        """(status, body, content type) from the upstream server; one reconnect if a kept-alive
+        connection was closed under us before the request went out, else a 502 (never a second
+        generation of a request the server may have started: the client's own retry decides)."""
+        for attempt in (1, 2):
+            conn = self.server.connection(which)
+            try:
+                conn.request(method, path, body=body or None, headers=headers)
+                response = conn.getresponse()
+                return response.status, response.read(), response.getheader("Content-Type") or "application/json"
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as error:
+                self.server.drop(which)
+                failure: Exception = error
+                if attempt == 2:
+                    break
+            except (http.client.HTTPException, OSError) as error:
+                self.server.drop(which)
+                failure = error
+                break
+        message = json.dumps({"error": f"gate: the {which.upper()} server did not answer: {failure}"})
+        return 502, message.encode("utf-8"), "application/json"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, required=True, help="the gate's fixed loopback port")
+    parser.add_argument("--lm", required=True, help="the LM server, http://127.0.0.1:PORT")
+    parser.add_argument("--rm", required=True, help="the RM server (dsp serve), http://127.0.0.1:PORT")
+    parser.add_argument("--merge-system", action="store_true",
+                        help="move a chat request's system message into its first user message (config.Model)")
+    args = parser.parse_args(argv)
+    gate = Gate(args.port, args.lm, args.rm, merge_system=args.merge_system)
+    print(f"gate on http://127.0.0.1:{args.port}: /lm -> {args.lm}, /rm -> {args.rm}; policy {POLICY}; "
+          f"system messages {'merged into the first user message' if args.merge_system else 'as sent'}", flush=True)
+    gate.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,434 @@
+"""The project's side of the peer harness (project venv): the column's data, the DSPy results files in the
+project's format, compile costs, and the comparison. `run.sh` calls it; each command is also usable alone.
+
+    .venv/bin/python bench/peer/peer.py prepare --dataset nq --n 1000 --work runs/peer/gemma/nq --index runs/peer/index/nq
+    .venv/bin/python bench/peer/peer.py convert --work runs/peer/gemma/nq --out results/peer/gemma/nq
+    .venv/bin/python bench/peer/peer.py cut --src runs/peer/gemma/nq/dsp/nq-test-vanilla-seed0.jsonl --out results/peer/gemma/nq
+    .venv/bin/python bench/peer/peer.py compile-cost --compiled C.json --before B.json --after A.json --wall 812 --out C.cost.json
+    .venv/bin/python bench/peer/peer.py report --lm gemma --dataset nq --out results/peer/gemma/nq [--n 1000]
+
+- `prepare` loads the task's training pool and test questions exactly as `dsp run --split test` does (its
+  own function), writes them to ``data.json`` for the DSPy side (whose venv lacks the project), with the
+  identity entries our results files carry (task, metric, fields, split) and each question's
+  fingerprint, and saves the task's BM25 index for `dsp serve` (once).
+- `convert` turns each raw DSPy file (``dspy/*.raw.jsonl``, written by dspy_side.py) into a results
+  file of the project's format: a header whose identity names ``"system": "dspy"``, its version,
+  program, optimizer, adapter, LM, RM, task and split, with the same "metric", "task" and split keys as
+  our runs of the column (so `dsp compare` pairs them), and one row per question scored with the
+  project's own metric (dsp.EM) -- both systems are scored by the same code. A completion DSPy could not
+  parse is a row with ``prediction: null``, score 0, its ``error`` and ``parse_failure: true``.
+- `cut` copies one of our results files into the results folder with its prompt traces cut (as results/).
+- `report` runs `dsp compare` over the column (the first dsp compile seed first) and writes ``report.md``
+  with parse-failure rates and every compile's cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import dsp  # noqa: E402  (the project root on the path: run as a script)
+from dsp.evaluation import RunLog, describe, read_run  # noqa: E402
+from dsp.evaluation.rows import example_fingerprint, jsonable, metric_caller  # noqa: E402
+
+from config import DSPY_VAL, GENERATION, MODELS, column_port, split_of  # noqa: E402
+
+__all__ = ["prepare_data", "column_identity", "dspy_identity", "convert_raw", "convert_all", "cut_traces", "gate_stats",
+           "compile_cost", "compile_calls", "matched_candidates", "parse_failures", "report", "main"]
+
+# Row keys our results/ files drop (the prompts and passages: large, and rerunning the command restores them).
+CUT = ("trace", "context", "traceback", "raw")
+
+
+def _loaded(dataset: str, n: int | None) -> tuple[Any, list, list, dict[str, Any], str]:
+    """(task, pool, examples, identity entries, file stem) as `dsp run --split <the column's split>` loads them."""
+    from programs.cli import build_parser
+    from programs.cli.run import _examples, _split_stem
+    from programs.tasks import TASKS
+
+    task = TASKS[dataset]
+    split = split_of(dataset)
+    argv = ["run", "vanilla", "--dataset", dataset, "--split", split] + (["--n", str(n)] if n else [])
+    pool, examples, entries = _examples(task, build_parser().parse_args(argv))
+    return task, pool, examples, entries, _split_stem(task, split)
+
+
+def column_identity(task: Any, entries: Mapping[str, Any]) -> dict[str, Any]:
+    """The identity keys a column's results files share with ours: task, metric, fields and the split's
+    entries ({"dev": ...} or {"split": "test", "test": ...}), as `dsp run` writes them."""
+    return {"task": task.name, "metric": describe(task.metric), "fields": task.fields.as_dict(), **dict(entries)}
+
+
+def _golds(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+
+
+def prepare_data(dataset: str, n: int | None, work: Path, index: Path | None = None) -> dict[str, Any]:
+    """Write ``work/data.json`` (pool, test questions with fingerprints, identity keys) and, with `index`,
+    the task's BM25 index for `dsp serve` (kept if it exists). Returns the data."""
+    task, pool, examples, entries, stem = _loaded(dataset, n)
+    gold = task.fields.gold
+    data = {
+        "task": task.name, "split": split_of(dataset), "stem": stem, "identity": column_identity(task, entries),
+        "test": [{"index": i, "id": jsonable(e.get("id")), "question": e.question, "gold": _golds(e[gold]),
+                  "gold_as_written": jsonable(e.get(gold)), "fingerprint": example_fingerprint(e)}
+                 for i, e in enumerate(examples)],
+        "pool": [{"id": jsonable(e.get("id")), "question": e.question, "gold": _golds(e[gold])} for e in pool],
+    }
+    work.mkdir(parents=True, exist_ok=True)
+    _write_json(work / "data.json", data)
+    if index is not None and not (index / "meta.json").is_file():
+        from programs.cli.run import build_rm
+
+        rm = build_rm(task, None)
+        if not isinstance(rm, dsp.BM25):
+            raise SystemExit(f"peer.py prepare: dataset {dataset}'s retriever is {type(rm).__name__}, not BM25")
+        rm.save(index)
+    return data
+
+
+def _write_json(path: Path, value: Any) -> None:
+    """Write JSON atomically: a reader (or a kill) never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def dspy_identity(header: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
+    """The results-file identity of a DSPy run: its raw header (configuration) and the column's keys.
+
+    The "program" entry has the shape of ours (function, keywords.train = size and digest of what the
+    seed drew from the pool: the training and the validation examples), so `dsp compare` groups a
+    configuration's seeds as it groups our training seeds.
+    """
+    lm = header["lm"]
+    drawn = hashlib.sha256(f"{header['train']['sha256']}+{header['val']['sha256']}".encode()).hexdigest()[:16]
+    return {
+        "system": "dspy", "dspy_version": header["dspy_version"], "config": header["config"],
+        "program": {"function": f"dspy.{header['program']}", "args": [],
+                    "keywords": {"train": {"items": header["train"]["items"], "sha256": drawn}}},
+        "program_name": f"dspy-{header['program']}", "optimizer": header["optimizer"], "adapter": header["adapter"],
+        "seed": header["seed"], "val_items": header["val"]["items"], "k": header["k"],
+        "lm": {"lm": {"provider": "dspy.LM", "model": lm["model"], "api_base": lm["api_base"]},
+               "defaults": lm["generation"]},
+        "rm": {"rm": {"provider": "dspy.ColBERTv2", **header["rm"]}},
+        **data["identity"],
+    }
+
+
+def _read_raw(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    header: dict[str, Any] | None = None
+    rows: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if not line.endswith("\n") or not line.strip():
+                continue  # a torn last line: the DSPy side reruns that question
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "dspy_raw" in record:
+                header = header or record["dspy_raw"]
+            elif isinstance(record, dict) and isinstance(record.get("index"), int):
+                rows.append(record)
+    if header is None:
+        raise ValueError(f"{path}: no dspy_raw header: not a file of dspy_side.py")
+    return header, rows
+
+
+def convert_raw(raw: Path, data: Mapping[str, Any], out: Path) -> dict[str, Any]:
+    """Write the results file `out` of the raw DSPy file `raw` (rewritten whole each time: the raw file is
+    the resumable record). Returns a summary: rows, parse failures, errors, EM."""
+    from programs.tasks import TASKS
+
+    header, rows = _read_raw(raw)
+    task = TASKS[data["task"]]
+    score_of = metric_caller(task.metric)
+    test = data["test"]
+    chosen: dict[int, dict[str, Any]] = {}
+    for row in rows:  # the last finished row of each question (a parse failure is finished), else its last
+        index = row["index"]
+        if index >= len(test) or row.get("fingerprint") != test[index]["fingerprint"]:
+            continue  # a row of another question at this index (another --n drew another sample)
+        finished = row.get("error") is None or bool(row.get("parse_failure"))
+        if finished or index not in chosen or not _finished(chosen[index]):
+            chosen[index] = row
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists():
+        out.unlink()
+    log = RunLog(out, dspy_identity(header, data))
+    counts = {"rows": 0, "parse_failures": 0, "errors": 0, "right": 0}
+    try:
+        log.open()
+        for index in sorted(chosen):
+            row, example = chosen[index], test[index]
+            prediction = row.get("prediction")
+            gold = example["gold_as_written"]
+            score = 0.0
+            if isinstance(prediction, str):
+                score = score_of(prediction, gold, dsp.Example(question=example["question"], answer=gold))
+            log.append({
+                "index": index, "id": example["id"], "seed": header["seed"], "fingerprint": example["fingerprint"],
+                "question": example["question"], "gold": gold, "prediction": prediction, "score": score,
+                "error": row.get("error"), "parse_failure": bool(row.get("parse_failure")),
+                "usage": row.get("usage") or {}, "seconds": row.get("seconds"), "raw": row.get("raw"),
+                **({"traceback": row["traceback"]} if row.get("traceback") else {}),
+            })
+            counts["rows"] += 1
+            counts["parse_failures"] += int(bool(row.get("parse_failure")))
+            counts["errors"] += int(row.get("error") is not None and not row.get("parse_failure"))
+            counts["right"] += int(score == 1.0)
+    finally:
+        close = getattr(log, "close", None)  # the writer lock of dsp.evaluation.RunLog
+        if close is not None:
+            close()
+    return counts
+
+
+def _finished(row: Mapping[str, Any]) -> bool:
+    return row.get("error") is None or bool(row.get("parse_failure"))
+
+
+def cut_traces(src: Path, dst: Path) -> None:
+    """Copy results file `src` to `dst` without its rows' prompt traces, passages and raw completions."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".tmp")
+    with src.open(encoding="utf-8", errors="surrogateescape") as handle, \
+            tmp.open("w", encoding="utf-8", errors="surrogateescape") as target:
+        for line in handle:
+            if not line.endswith("\n"):
+                continue  # a row still being written
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "index" in record:
+                record = {k: v for k, v in record.items() if k not in CUT}
+            target.write(json.dumps(record, ensure_ascii=False) + "\n")
+    os.replace(tmp, dst)
+
+
+def convert_all(work: Path, out: Path) -> list[dict[str, Any]]:
+    """Convert every raw DSPy file of a column, copy the results files (traces cut), compiled programs and
+    compile costs into `out`; return one summary per configuration."""
+    data = json.loads((work / "data.json").read_text(encoding="utf-8"))
+    summaries = []
+    for raw in sorted((work / "dspy").glob("*.raw.jsonl")):
+        stem = raw.name.removesuffix(".raw.jsonl")
+        full = work / "dspy-results" / f"{stem}.jsonl"
+        counts = convert_raw(raw, data, full)
+        cut_traces(full, out / f"{stem}.jsonl")
+        summaries.append({"stem": stem, **counts})
+    for extra in sorted((work / "dspy").glob("*.program.json")) + sorted((work / "dspy").glob("*.cost.json")):
+        (out / "dspy").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(extra, out / "dspy" / extra.name)
+    return summaries
+
+
+def gate_stats(gate: str) -> dict[str, Any]:
+    """The gate's counters (LM requests and tokens, RM searches) now."""
+    with urllib.request.urlopen(f"{gate}/gate/stats", timeout=30) as response:
+        return json.load(response)
+
+
+def compile_cost(compiled: Path, before: Mapping[str, Any], after: Mapping[str, Any], wall: float) -> dict[str, Any]:
+    """A dsp compile's cost: what it counted itself (its JSON's meta) and what the gate's servers saw."""
+    meta = json.loads(compiled.read_text(encoding="utf-8")).get("meta") or {}
+    return {
+        "system": "dsp", "compiled": compiled.name, "seed": meta.get("seed"), "wall_seconds": round(wall, 1),
+        "lm_usage": meta.get("lm_usage"), "rows_usage": meta.get("rows_usage"),
+        "server": {key: after.get(key, 0) - before.get(key, 0)
+                   for key in ("lm_requests", "prompt_tokens", "completion_tokens", "rm_requests", "lm_errors")},
+        "note": "lm_usage: the compile's own count of LM requests (cache hits apart) and tokens; server: the "
+                "requests that reached the LM server, counted at the gate (a compile resumed on a warm cache "
+                "shows fewer); wall_seconds: this invocation",
+    }
+
+
+def compile_calls(cost: Mapping[str, Any]) -> int:
+    """A compile's LM calls: the larger of its own count (cache hits included) and the requests that
+    reached the LM server. dsp counts a call asking n samples as one, while llama.cpp's server answers
+    one sample per request, so there the server's count is the true one; a compile resumed on a warm
+    cache reached the server less, and there its own count is.
+
+    >>> compile_calls({"lm_usage": {"requests": 90, "cached_requests": 10}, "server": {"lm_requests": 300}})
+    300
+    >>> compile_calls({"lm_calls": 120, "server": {"lm_requests": 0}})
+    120
+    """
+    usage = cost.get("lm_usage") or {}
+    own = cost.get("lm_calls")
+    if own is None:
+        own = int(usage.get("requests") or 0) + int(usage.get("cached_requests") or 0)
+    return max(int(own), int((cost.get("server") or {}).get("lm_requests") or 0))
+
+
+def matched_candidates(costs: Iterable[Path], val: int) -> int:
+    """BootstrapFewShotWithRandomSearch's num_candidate_programs whose LM calls match dsp compile's: the
+    mean LM calls of the dsp compiles (`compile_calls`), over the validation questions each candidate
+    is scored on, less the 3 programs DSPy's random search always adds (zero-shot, labeled only,
+    unshuffled bootstrap); at least 1. An estimate (a candidate's bootstrapping costs calls too, and a
+    multi-step program several per question): the cost files give the calls both actually made.
+
+    >>> import tempfile; d = Path(tempfile.mkdtemp()); p = d / "c.cost.json"
+    >>> _ = p.write_text(json.dumps({"lm_usage": {"requests": 1600}}))
+    >>> matched_candidates([p], 80)
+    17
+    """
+    requests = []
+    for path in costs:
+        total = compile_calls(json.loads(Path(path).read_text(encoding="utf-8")))
+        if total:
+            requests.append(total)
+    if not requests:
+        raise SystemExit("peer.py matched: no dsp compile cost with LM requests yet; run dsp:compiled first "
+                         "or give --rs-candidates")
+    return max(1, round(statistics.mean(requests) / val) - 3)
+
+
+def parse_failures(paths: Iterable[Path]) -> list[tuple[str, int, int]]:
+    """(file, rows, parse failures) of each DSPy results file."""
+    out = []
+    for path in paths:
+        identity, rows = read_run(path)
+        if (identity or {}).get("system") == "dspy":
+            out.append((path.name, len(rows), sum(1 for r in rows if r.get("parse_failure"))))
+    return out
+
+
+def _order(paths: list[Path]) -> list[Path]:
+    """The comparison's order: dsp compile's runs first (seed 0 leads: every other run is paired with it),
+    then our baselines, then DSPy's configurations."""
+    def rank(path: Path) -> tuple[int, str]:
+        name = path.name
+        if "-dspy-" in name:
+            return 4, name
+        if "-compiled_" in name:  # run.sh's compiles first; a trial's (--compile-args: a tagged name) after
+            return (0 if re.search(r"-compiled_[a-z]+-dsp-small-seed\d+-seed", name) else 1), name
+        return (2 if "-dsp-small" in name else 3), name
+    return sorted(paths, key=rank)
+
+
+def report(lm: str, dataset: str, out: Path, n: int | None) -> str:
+    """`dsp compare` over the column's results files, parse failures and compile costs, as markdown
+    (also written to ``out/report.md``)."""
+    from dsp.evaluation.compare import compare_runs, format_comparison
+
+    files = _order([p for p in out.glob("*.jsonl")])
+    if not files:
+        raise SystemExit(f"peer.py report: no results files in {out}")
+    table = compare_runs(files, n=n)
+    lines = [f"# {MODELS[lm].label} on {dataset} ({split_of(dataset)} split)", "",
+             f"Generation on both sides: {GENERATION} (the gate fills these into any request lacking them); "
+             f"gate port {column_port(lm, dataset)}.", "", "```", format_comparison(table), "```", ""]
+    compiled_runs = [run for run in table.runs if "-compiled_" in run.name]
+    if len(compiled_runs) > 1:  # each seed's compile is its own program: compare does not group them
+        scores = [run.score for run in compiled_runs]
+        lines += [f"dsp compile over {len(scores)} seeds: mean {statistics.mean(scores):.1f}, sd "
+                  f"{statistics.stdev(scores):.1f}, best {max(scores):.1f} (" +
+                  ", ".join(f"{run.name}: {run.score:.1f}" for run in compiled_runs) + ")", ""]
+    for path in sorted((out / "compiled").glob("*.json")):
+        compiled = json.loads(path.read_text(encoding="utf-8"))
+        lines += [f"Search table of {path.name} (chose {compiled.get('candidate', {}).get('key')}):", "", "```",
+                  dsp.compiling.report(compiled.get("table") or [], (compiled.get("meta") or {}).get("race")),
+                  "```", ""]
+    failures = parse_failures(files)
+    if failures:
+        lines += ["| DSPy configuration | rows | parse failures | rate |", "|---|---|---|---|"]
+        lines += [f"| {name.removesuffix('.jsonl')} | {rows} | {bad} | {100 * bad / max(rows, 1):.1f}% |"
+                  for name, rows, bad in failures]
+        lines.append("")
+    costs = sorted(out.glob("*.cost.json")) + sorted((out / "dspy").glob("*.cost.json"))
+    if costs:
+        lines += ["| compile | wall s | LM calls (own count) | reached the server | prompt tokens | completion tokens |",
+                  "|---|---|---|---|---|---|"]
+        for path in costs:
+            cost = json.loads(path.read_text(encoding="utf-8"))
+            server = cost.get("server") or {}
+            own = cost.get("lm_calls")
+            if own is None:
+                usage = cost.get("lm_usage") or {}
+                own = int(usage.get("requests") or 0) + int(usage.get("cached_requests") or 0)
+            lines.append(f"| {path.name.removesuffix('.cost.json')} | {cost.get('wall_seconds')} | {own} | "
+                         f"{server.get('lm_requests')} | {server.get('prompt_tokens')} | {server.get('completion_tokens')} |")
+        lines.append("")
+    text = "\n".join(lines)
+    (out / "report.md").write_text(text + "\n", encoding="utf-8")
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare", help="data.json and the BM25 index of a column")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--n", type=int, help="test questions (default: all of the split)")
+    p.add_argument("--work", required=True)
+    p.add_argument("--index", help="the folder of the task's saved BM25 index (built if missing)")
+    p = sub.add_parser("convert", help="every raw DSPy file of a column -> results files")
+    p.add_argument("--work", required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("cut", help="one of our results files -> the results folder, traces cut")
+    p.add_argument("--src", required=True)
+    p.add_argument("--out", required=True, help="the results folder")
+    p = sub.add_parser("stats", help="the gate's counters, as JSON")
+    p.add_argument("--gate", required=True)
+    p = sub.add_parser("compile-cost", help="a dsp compile's cost JSON")
+    p.add_argument("--compiled", required=True)
+    p.add_argument("--before", required=True, help="the gate's counters before (a JSON file)")
+    p.add_argument("--after", required=True, help="... and after")
+    p.add_argument("--wall", type=float, required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("matched", help="num_candidate_programs matched to dsp compile's LM calls")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("costs", nargs="+")
+    p = sub.add_parser("report", help="dsp compare over the column, parse failures, compile costs")
+    p.add_argument("--lm", required=True, choices=list(MODELS))
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--n", type=int)
+    args = parser.parse_args(argv)
+
+    if args.command == "prepare":
+        started = time.perf_counter()
+        data = prepare_data(args.dataset, args.n, Path(args.work), Path(args.index) if args.index else None)
+        print(f"{data['stem']}: {len(data['test'])} {data['split']} questions, a pool of {len(data['pool'])} "
+              f"({time.perf_counter() - started:.0f} s)")
+    elif args.command == "convert":
+        for s in convert_all(Path(args.work), Path(args.out)):
+            rate = 100 * s["parse_failures"] / max(s["rows"], 1)
+            print(f"  {s['stem']}: {s['rows']} rows, EM {100 * s['right'] / max(s['rows'], 1):.1f}, "
+                  f"{s['parse_failures']} parse failures ({rate:.1f}%), {s['errors']} other errors")
+    elif args.command == "cut":
+        for src in glob.glob(args.src):
+            cut_traces(Path(src), Path(args.out) / Path(src).name)
+    elif args.command == "stats":
+        print(json.dumps(gate_stats(args.gate)))
+    elif args.command == "compile-cost":
+        before = json.loads(Path(args.before).read_text(encoding="utf-8"))
+        after = json.loads(Path(args.after).read_text(encoding="utf-8"))
+        _write_json(Path(args.out), compile_cost(Path(args.compiled), before, after, args.wall))
+    elif args.command == "matched":
+        print(matched_candidates([Path(p) for p in args.costs], DSPY_VAL[args.dataset]))
+    elif args.command == "report":
+        print(report(args.lm, args.dataset, Path(args.out), args.n))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

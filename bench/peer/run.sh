@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# The peer harness: one column (LM x dataset) of dsp and DSPy side by side, on the same LM server, the same
+# RM server and the same test questions. Resumable and cached: rerun the same command after a kill.
+#
+#   bash bench/peer/run.sh --lm gemma|smollm2 --dataset nq|squad|hotpotqa [--n N] [--only P1,P2] [--skip P]
+#                          [--threads T] [--rs-candidates auto|N] [--dspy-seeds 0,1,2] [--out DIR] [--work DIR]
+#                          [--port-base P] [--compile-args "--candidates 2 --val 10 --bootstrap 4"] [--list]
+#
+# Units (see `--list`): dsp:vanilla-seed0, dsp:rtr-seed0..4, dsp:small-seed0, dsp:compiled-seed0..2 (dsp
+# compile, then dsp run --compiled), dspy:PROGRAM-OPTIMIZER-ADAPTER-seedS. --only / --skip take comma-separated
+# patterns: a unit name, a prefix of it ending at "-" (dspy:rtr_predict-labeled = both adapters) or a glob.
+# Results (traces cut) go to OUT/<lm>/<dataset>/ (default results/peer), everything else (caches, full
+# rows, DSPy's raw rows, logs) to WORK/<lm>/<dataset>/ (default runs/peer). See bench/peer/README.md.
+set -euo pipefail
+set -m  # job control: each unit runs in a process group of its own, which an interrupt stops whole
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+HERE="$ROOT/bench/peer"
+PY="$ROOT/.venv/bin/python"
+DSP="$ROOT/.venv/bin/dsp"
+DSPY_VENV="$ROOT/.venv-peer-dspy"
+
+LM="" DATASET="" N="" ONLY="" SKIP="" THREADS=2 RS_CANDIDATES=auto DSPY_SEEDS="" OUT_ROOT="$ROOT/results/peer"
+WORK_ROOT="$ROOT/runs/peer" PORT_BASE="" LIST=0 COMPILE_ARGS_GIVEN=""
+
+usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --lm) LM="$2"; shift 2 ;;
+    --dataset) DATASET="$2"; shift 2 ;;
+    --n) N="$2"; shift 2 ;;
+    --only) ONLY="$2"; shift 2 ;;
+    --skip) SKIP="$2"; shift 2 ;;
+    --threads) THREADS="$2"; shift 2 ;;
+    --rs-candidates) RS_CANDIDATES="$2"; shift 2 ;;
+    --dspy-seeds) DSPY_SEEDS="$2"; shift 2 ;;
+    --out) OUT_ROOT="$(mkdir -p "$2" && cd "$2" && pwd)"; shift 2 ;;
+    --work) WORK_ROOT="$(mkdir -p "$2" && cd "$2" && pwd)"; shift 2 ;;
+    --port-base) PORT_BASE="$2"; shift 2 ;;
+    --compile-args) COMPILE_ARGS_GIVEN="$2"; shift 2 ;;
+    --list) LIST=1; shift ;;
+    -h|--help) usage 0 ;;
+    *) echo "run.sh: unknown argument $1" >&2; usage ;;
+  esac
+done
+[[ -n "$LM" && -n "$DATASET" ]] || { echo "run.sh: --lm and --dataset are required" >&2; usage; }
+cfg() { "$PY" "$HERE/config.py" "$@"; }
+cfg models | grep -x "$LM" > /dev/null || { echo "run.sh: --lm must be one of: $(cfg models | tr '\n' ' ')" >&2; exit 2; }
+case "$DATASET" in nq|squad|hotpotqa) ;; *) echo "run.sh: --dataset must be nq, squad or hotpotqa" >&2; exit 2 ;; esac
+[[ -z "$N" || "$N" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --n takes a positive integer" >&2; exit 2; }
+[[ "$RS_CANDIDATES" == auto || "$RS_CANDIDATES" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --rs-candidates auto|N" >&2; exit 2; }
+
+mapfile -t UNITS < <(cfg units "$DATASET" "$DSPY_SEEDS" "$ONLY" "$SKIP")
+if [[ $LIST == 1 ]]; then printf '%s\n' "${UNITS[@]}"; exit 0; fi
+[[ ${#UNITS[@]} -gt 0 ]] || { echo "run.sh: --only/--skip leave nothing to run (see --list)" >&2; exit 2; }
+: "${DSP_DATA_DIR:?run.sh: set DSP_DATA_DIR to the data mirror (e.g. ../shared/data)}"
+export DSP_DATA_DIR
+
+SPLIT="$(cfg split "$DATASET")"
+W="$WORK_ROOT/$LM/$DATASET"
+R="$OUT_ROOT/$LM/$DATASET"
+mkdir -p "$W/logs" "$W/dsp" "$W/compiled" "$R"
+export DSP_CACHEDIR="$W/cache-dsp"   # dsp's cache for this column (runs, compiles, the RM server)
+GATE_PORT="$(cfg port "$LM" "$DATASET" ${PORT_BASE:+"$PORT_BASE"})"
+GATE="http://127.0.0.1:$GATE_PORT"
+LM_SPEC="$(cfg dsp-lm "$LM" "$GATE")"
+RM_SPEC="colbertv2:$GATE/rm/api/search"
+NARG=(); [[ -n "$N" ]] && NARG=(--n "$N")
+# dsp compile's arguments: RESULTS.md's (config.COMPILE_ARGS), or --compile-args for a cheaper trial, whose
+# compiled program then has a name of its own (never taken for the real one by a later run).
+if [[ -n "$COMPILE_ARGS_GIVEN" ]]; then
+  read -r -a COMPILE_ARGS <<< "$COMPILE_ARGS_GIVEN"
+  COMPILE_TAG="-$(printf '%s' "$COMPILE_ARGS_GIVEN" | tr -c 'A-Za-z0-9' '_' | tr -s '_' | sed 's/^_//; s/_$//')"
+else
+  mapfile -t COMPILE_ARGS < <(cfg compile-args "$DATASET")
+  COMPILE_TAG=""
+fi
+log() { echo "[$(date +%H:%M:%S)] $*"; }
+
+# -- DSPy in its own venv, pinned, installed here if missing (never a dependency of the project) ----------
+VERSION="$(cfg dspy-version)"
+mapfile -t DSPY_REQUIREMENTS < <(cfg dspy-requirements)
+if [[ " ${UNITS[*]} " == *" dspy:"* ]]; then
+  if ! "$DSPY_VENV/bin/python" -c "import dspy, numpy, optuna, sys; sys.exit(dspy.__version__ != '$VERSION')" 2>/dev/null; then
+    log "installing ${DSPY_REQUIREMENTS[*]} into $DSPY_VENV"
+    python3 -m venv "$DSPY_VENV"
+    "$DSPY_VENV/bin/pip" install -q "${DSPY_REQUIREMENTS[@]}" > "$W/logs/dspy-install.log" 2>&1 \
+      || { echo "run.sh: pip install ${DSPY_REQUIREMENTS[*]} failed; see $W/logs/dspy-install.log" >&2; exit 1; }
+  fi
+fi
+
+# -- servers: the LM and the RM on free loopback ports, the gate on the column's fixed port ---------------
+PIDS=() UNIT_PID=""
+cleanup() {
+  local pid
+  [[ -n "$UNIT_PID" ]] && { kill -- -"$UNIT_PID" 2>/dev/null || true; }  # the unit running, and its children
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+free_port() { "$PY" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"; }
+wait_for() {  # URL SECONDS NAME LOG PID
+  local deadline=$((SECONDS + $2))
+  until curl -sf -o /dev/null "$1"; do
+    kill -0 "$5" 2>/dev/null || { echo "run.sh: the $3 exited; see $4" >&2; tail -5 "$4" >&2; exit 1; }
+    (( SECONDS < deadline )) || { echo "run.sh: the $3 did not answer $1 within $2 s; see $4" >&2; exit 1; }
+    sleep 1
+  done
+}
+# With SO_REUSEADDR, as the gate binds: a port left in TIME_WAIT by the last run is free, a listening one is not.
+if ! "$PY" -c "import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('127.0.0.1', $GATE_PORT))" 2>/dev/null; then
+  echo "run.sh: port $GATE_PORT (this column's gate) is in use. The column's results files name this port in" \
+       "their identity, so a rerun must use the same one: stop what holds it (another run.sh of this column?)" \
+       "or, for a new column folder, pass --port-base." >&2
+  exit 1
+fi
+
+log "column $LM x $DATASET ($SPLIT split${N:+, first $N questions}): work $W, results $R"
+"$PY" "$HERE/peer.py" prepare --dataset "$DATASET" "${NARG[@]}" --work "$W" --index "$WORK_ROOT/index/$DATASET"
+
+LM_PORT="$(free_port)"
+mapfile -t SERVE_ARGS < <(cfg serve-args "$LM")
+"$PY" -m dsp.serve_lm --host 127.0.0.1 --port "$LM_PORT" "${SERVE_ARGS[@]}" > "$W/logs/lm-server.log" 2>&1 &
+PIDS+=($!); LM_PID=$!
+RM_PORT="$(free_port)"
+"$DSP" serve --index "$WORK_ROOT/index/$DATASET" --port "$RM_PORT" --log-level WARNING > "$W/logs/rm-server.log" 2>&1 &
+PIDS+=($!); RM_PID=$!
+wait_for "http://127.0.0.1:$LM_PORT/v1/models" 600 "LM server" "$W/logs/lm-server.log" "$LM_PID"
+wait_for "http://127.0.0.1:$RM_PORT/health" 600 "RM server" "$W/logs/rm-server.log" "$RM_PID"
+mapfile -t GATE_ARGS < <(cfg gate-args "$LM" | grep .)
+"$PY" "$HERE/gate.py" --port "$GATE_PORT" --lm "http://127.0.0.1:$LM_PORT" --rm "http://127.0.0.1:$RM_PORT" \
+  "${GATE_ARGS[@]}" > "$W/logs/gate.log" 2>&1 &
+PIDS+=($!); GATE_PID=$!
+wait_for "$GATE/gate/health" 30 "gate" "$W/logs/gate.log" "$GATE_PID"
+log "LM $LM on :$LM_PORT, RM on :$RM_PORT, gate $GATE ($LM_SPEC)"
+
+# -- the units ------------------------------------------------------------------------------------------
+FAILED=()
+TIMINGS="$W/timings.tsv"
+[[ -f "$TIMINGS" ]] || printf 'date\tunit\tn\tseconds\tstatus\n' > "$TIMINGS"
+COMMON=(--dataset "$DATASET" --split "$SPLIT" "${NARG[@]}" --threads "$THREADS" --out "$W/dsp")
+
+dsp_unit() {  # UNIT
+  local unit="$1" kind seed stem compiled before after started
+  kind="${unit#dsp:}"; seed="${kind##*-seed}"; kind="${kind%-seed*}"
+  case "$kind" in
+    vanilla) "$DSP" run vanilla "${COMMON[@]}" --lm "$LM_SPEC" --rm "$RM_SPEC" --seed "$seed" ;;
+    rtr) "$DSP" run retrieve_then_read "${COMMON[@]}" --lm "$LM_SPEC" --rm "$RM_SPEC" --seed "$seed" ;;
+    small) "$DSP" run dsp --preset small "${COMMON[@]}" --lm "$LM_SPEC" --rm "$RM_SPEC" --seed "$seed" ;;
+    compiled)
+      stem="$DATASET-dsp-small${COMPILE_TAG}-seed$seed"; compiled="$W/compiled/$stem.json"
+      if [[ ! -f "$compiled" ]]; then
+        before="$W/compiled/$stem.gate-before.json"; after="$W/compiled/$stem.gate-after.json"
+        "$PY" "$HERE/peer.py" stats --gate "$GATE" > "$before"
+        started=$SECONDS
+        "$DSP" compile dsp --dataset "$DATASET" --preset small "${COMPILE_ARGS[@]}" --seed "$seed" --lm "$LM_SPEC" \
+          --rm "$RM_SPEC" --threads "$THREADS" --out "$compiled" || return 1
+        "$PY" "$HERE/peer.py" stats --gate "$GATE" > "$after"
+        "$PY" "$HERE/peer.py" compile-cost --compiled "$compiled" --before "$before" --after "$after" \
+          --wall $((SECONDS - started)) --out "$W/compiled/$stem.cost.json"
+      fi
+      mkdir -p "$R/compiled"
+      cp "$compiled" "$R/compiled/"
+      [[ -f "$W/compiled/$stem.cost.json" ]] && cp "$W/compiled/$stem.cost.json" "$R/dsp-compile${COMPILE_TAG}-seed$seed.cost.json"
+      # The compiled program keeps the retriever it was compiled with (the gate's RM): no --rm here.
+      "$DSP" run dsp --compiled "$compiled" "${COMMON[@]}" --lm "$LM_SPEC" ;;
+    *) echo "run.sh: unknown unit $unit" >&2; return 2 ;;
+  esac
+}
+
+dspy_unit() {  # UNIT
+  local unit="$1" config seed extra=()
+  config="${unit#dspy:}"; seed="${config##*-seed}"; config="${config%-seed*}"
+  if [[ "$config" == *-rsmatched-* ]]; then
+    local candidates="$RS_CANDIDATES"
+    if [[ "$candidates" == auto ]]; then
+      compgen -G "$R/dsp-compile-seed*.cost.json" > /dev/null \
+        || { echo "run.sh: $unit needs dsp compile's cost (run dsp:compiled first) or --rs-candidates N" >&2; return 1; }
+      candidates="$("$PY" "$HERE/peer.py" matched --dataset "$DATASET" "$R"/dsp-compile-seed*.cost.json)"
+    fi
+    extra=(--rs-candidates "$candidates")
+  fi
+  # Nothing of the project on DSPy's path: its venv has only DSPy and the harness's stdlib-only config.
+  PYTHONPATH="" "$DSPY_VENV/bin/python" "$HERE/dspy_side.py" --data "$W/data.json" --work "$W" --gate "$GATE" \
+    --lm "$LM" --config "$config" --seed "$seed" --threads "$THREADS" "${extra[@]}"
+}
+
+run_unit() { if [[ "$1" == dsp:* ]]; then dsp_unit "$1"; else dspy_unit "$1"; fi; }
+
+# What the terminal is spared (the unit's log keeps it): progress-bar redraws, DSPy's truncation warnings.
+QUIET='\| *[0-9]+/[0-9]+ \[|^\s*$|LM response was truncated'
+for unit in "${UNITS[@]}"; do
+  log "== $unit"
+  started=$SECONDS status=ok
+  # In the background and waited for, so that an interrupt reaches the trap at once (bash runs a trap only
+  # after the foreground command), which stops the unit's process group and the servers.
+  run_unit "$unit" > >(tee -a "$W/logs/${unit//:/_}.log" | stdbuf -o0 tr '\r' '\n' \
+    | grep --line-buffered -v -E "$QUIET") 2>&1 &
+  UNIT_PID=$!
+  set +e; wait "$UNIT_PID"; code=$?; set -e
+  UNIT_PID=""
+  [[ $code == 0 ]] || status=failed
+  if [[ "$unit" == dsp:* ]]; then
+    "$PY" "$HERE/peer.py" cut --src "$W/dsp/*.jsonl" --out "$R"
+  else
+    "$PY" "$HERE/peer.py" convert --work "$W" --out "$R" | grep -F -- "-${unit#dspy:}:" || true
+  fi
+  [[ $status == ok ]] || FAILED+=("$unit")
+  printf '%s\t%s\t%s\t%s\t%s\n' "$(date +%FT%T)" "$unit" "${N:-all}" "$((SECONDS - started))" "$status" >> "$TIMINGS"
+  log "   $unit: $status, $((SECONDS - started)) s"
+done
+
+log "timings of this invocation (all of them in $TIMINGS):"
+tail -n "${#UNITS[@]}" "$TIMINGS" | cut -f2,4,5 | column -t
+if ! "$PY" "$HERE/peer.py" report --lm "$LM" --dataset "$DATASET" --out "$R" "${NARG[@]}"; then
+  echo "run.sh: dsp compare could not pair the column's files yet (see above); rerun to finish them" >&2
+fi
+if [[ ${#FAILED[@]} -gt 0 ]]; then
+  echo "run.sh: ${#FAILED[@]} unit(s) failed: ${FAILED[*]}; their logs are in $W/logs/. Rerun the same command:" \
+       "finished questions are kept." >&2
+  exit 1
+fi

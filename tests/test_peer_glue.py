@@ -1,0 +1,215 @@
+"""The peer harness's own glue (bench/peer/), without DSPy: a DSPy run's raw rows become a results file of
+the project's format that `dsp compare` pairs with a `dsp run` file on the same test questions, with its
+parse failures counted; the gate fills the generation policy; the unit selection of run.sh."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from urllib.request import Request, urlopen
+
+import pytest
+from helpers import ScriptedLM
+
+import dsp
+from dsp.evaluation import identity_diff, read_run
+from dsp.evaluation.compare import compare_runs, format_comparison
+from programs.cli import main
+
+PEER = Path(__file__).resolve().parents[1] / "bench" / "peer"
+sys.path.insert(0, str(PEER))
+
+import config  # noqa: E402  (bench/peer on the path)
+import gate  # noqa: E402
+import peer  # noqa: E402
+from dspy_side import HashingTfidf, parse_config  # noqa: E402
+
+
+def _raw_file(path: Path, data: dict, rows: list[dict], seed: int = 0) -> Path:
+    """A raw file as dspy_side.py writes it: its header, then one row per question."""
+    header = {"system": "dspy", "dspy_version": config.DSPY_VERSION, "config": "rtr_predict-labeled-chat",
+              "program": "rtr_predict", "optimizer": {"name": "labeled"}, "adapter": "ChatAdapter", "seed": seed,
+              "lm": {"model": "openai/gemma-3-270m", "api_base": "http://127.0.0.1:18800/lm/v1",
+                     "generation": dict(config.GENERATION)},
+              "rm": {"colbertv2": "http://127.0.0.1:18800/rm/api/search"}, "k": config.DSPY_K,
+              "train": {"items": 200, "sha256": f"train{seed}"}, "val": {"items": 80, "sha256": f"val{seed}"},
+              "task": data["task"], "split": data["split"]}
+    lines = [json.dumps({"dspy_raw": header})] + [json.dumps(r) for r in rows]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _row(data: dict, index: int, prediction: str | None, **extra) -> dict:
+    test = data["test"][index]
+    return {"index": index, "id": test["id"], "fingerprint": test["fingerprint"], "prediction": prediction,
+            "error": None, "parse_failure": False, "usage": {"lm_calls": 1}, "seconds": 0.1, "raw": "x", **extra}
+
+
+@pytest.fixture
+def column(data_dir, tmp_path, monkeypatch, capsys):
+    """A column of 3 nq test questions: data.json, and a `dsp run vanilla --split test` file made with a
+    scripted LM that answers only the first question right."""
+    data = peer.prepare_data("nq", 3, tmp_path / "work")
+    first = data["test"][0]
+
+    def respond(prompt: str, request: dict) -> list[str]:
+        asked = prompt.rsplit("Question:", 1)[-1]
+        return [f" {first['gold'][0]}" if first["question"] in asked else " nothing"] * int(request.get("n") or 1)
+
+    def scripted(spec=None):
+        lm = ScriptedLM(respond, model="scripted-peer")
+        lm.spec = "scripted"
+        return lm
+
+    monkeypatch.setattr(dsp, "lm_from_spec", scripted)
+    passages = tmp_path / "passages.jsonl"  # vanilla retrieves nothing: a tiny corpus spares building BM25
+    passages.write_text(json.dumps({"id": "a", "title": "Paris", "text": "Paris is the capital of France."}) + "\n")
+    assert main(["run", "vanilla", "--dataset", "nq", "--split", "test", "--n", "3", "--rm", f"bm25:{passages}",
+                 "--out", str(tmp_path / "runs")]) == 0
+    capsys.readouterr()
+    ours = tmp_path / "runs" / f"{data['stem']}-vanilla-seed0.jsonl"
+    return data, ours
+
+
+def test_a_converted_dspy_run_pairs_with_a_dsp_run_and_counts_parse_failures(column, tmp_path):
+    data, ours = column
+    rows = [_row(data, 0, "something else"), _row(data, 1, data["test"][1]["gold"][0]),
+            _row(data, 2, None, error="AdapterParseError: no [[ ## answer ## ]]", parse_failure=True)]
+    raw = _raw_file(tmp_path / "work" / "dspy" / "nq-test-dspy-rtr_predict-labeled-chat-seed0.raw.jsonl", data, rows)
+    out = tmp_path / "results" / "nq-test-dspy-rtr_predict-labeled-chat-seed0.jsonl"
+    counts = peer.convert_raw(raw, data, out)
+    assert counts == {"rows": 3, "parse_failures": 1, "errors": 0, "right": 1}
+
+    identity, converted = read_run(out)
+    mine, _ = read_run(ours)
+    # The keys dsp compare requires to agree, and those of the split, are exactly those of `dsp run`.
+    shared = ("metric", "task", "split", "test", "dev", "fields")
+    assert identity_diff({k: mine.get(k) for k in shared}, {k: identity.get(k) for k in shared}) == []
+    assert identity["metric"] == "dsp.metrics.EM" and identity["split"] == "test" and identity["task"] == "nq"
+    assert identity["system"] == "dspy" and identity["dspy_version"] == config.DSPY_VERSION
+    assert identity["adapter"] == "ChatAdapter" and identity["optimizer"]["name"] == "labeled"
+    assert identity["program_name"] == "dspy-rtr_predict" and identity["lm"]["defaults"] == config.GENERATION
+    assert [r["index"] for r in converted] == [0, 1, 2]
+    failed = converted[2]
+    assert failed["prediction"] is None and failed["score"] == 0.0 and failed["parse_failure"] is True
+    assert failed["error"].startswith("AdapterParseError")
+    assert [r["score"] for r in converted] == [0.0, 1.0, 0.0]  # scored by dsp.EM against every gold answer
+    _, our_rows = read_run(ours)
+    assert [(r["id"], r["fingerprint"]) for r in converted] == [(r["id"], r["fingerprint"]) for r in our_rows]
+
+    table = compare_runs([ours, out], n=3)
+    first, dspy_run = table.runs
+    assert (first.score, dspy_run.score) == (pytest.approx(100 / 3), pytest.approx(100 / 3))
+    assert (dspy_run.paired["a_only"], dspy_run.paired["b_only"]) == (1, 1) and dspy_run.errors == 1
+    assert "1 of its examples failed (scored 0)" in format_comparison(table)
+    assert peer.parse_failures([ours, out]) == [(out.name, 3, 1)]
+
+    # The results folder's copy drops the raw completions, as results/ drops traces, and still pairs.
+    cut = tmp_path / "cut" / out.name
+    peer.cut_traces(out, cut)
+    assert all("raw" not in r for r in read_run(cut)[1]) and compare_runs([ours, cut], n=3).runs[1].n == 3
+
+
+def test_conversion_keeps_the_last_finished_row_and_skips_stale_and_torn_ones(column, tmp_path):
+    data, ours = column
+    rows = [_row(data, 0, None, error="LMTransportError: refused"),           # retried later ...
+            _row(data, 0, data["test"][0]["gold"][0]),                      # ... and finished
+            _row(data, 1, "wrong"),
+            {**_row(data, 2, data["test"][2]["gold"][0]), "fingerprint": "another-question"}]
+    raw = _raw_file(tmp_path / "raw.jsonl", data, rows)
+    with raw.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(_row(data, 2, "torn"))[:30])  # a kill mid-write
+    out = tmp_path / "out.jsonl"
+    assert peer.convert_raw(raw, data, out) == {"rows": 2, "parse_failures": 0, "errors": 0, "right": 1}
+    assert peer.convert_raw(raw, data, out)["rows"] == 2  # rewritten whole, not appended
+    assert [(r["index"], r["score"]) for r in read_run(out)[1]] == [(0, 1.0), (1, 0.0)]
+    # Seeds of one DSPy configuration group as our training seeds do.
+    other = _raw_file(tmp_path / "raw1.jsonl", data, [_row(data, i, "wrong") for i in range(2)], seed=1)
+    peer.convert_raw(other, data, tmp_path / "out-seed1.jsonl")
+    table = compare_runs([out, tmp_path / "out-seed1.jsonl"], n=2)
+    assert len(table.groups) == 1 and table.groups[0].seeds == (0, 1)
+
+
+class _Upstream(BaseHTTPRequestHandler):
+    """A fake LM server: echoes the request body it got, with usage."""
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        out = json.dumps({"choices": [{"text": "ok"}], "got": body,
+                          "usage": {"prompt_tokens": 7, "completion_tokens": 2}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_gate_fills_the_policy_and_counts_what_reaches_the_server():
+    upstream = HTTPServer(("127.0.0.1", 0), _Upstream)
+    server = gate.Gate(0, f"http://127.0.0.1:{upstream.server_address[1]}", "http://127.0.0.1:9")
+    for s in (upstream, server):
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        def post(body: dict) -> dict:
+            request = Request(f"{url}/lm/v1/chat/completions", json.dumps(body).encode(),
+                              {"Content-Type": "application/json"})
+            with urlopen(request, timeout=10) as response:
+                return json.load(response)["got"]
+
+        dspy_like = post({"messages": [], "temperature": 0.0, "max_completion_tokens": 150})
+        assert dspy_like["max_tokens"] == 150 and "max_completion_tokens" not in dspy_like
+        dsp_like = post({"prompt": "Q:", "temperature": 0.3, "n": 5})
+        assert {k: dsp_like[k] for k in gate.POLICY} == {**gate.POLICY, "temperature": 0.3}
+        with urlopen(f"{url}/gate/stats", timeout=10) as response:
+            stats = json.load(response)
+        assert (stats["lm_requests"], stats["prompt_tokens"], stats["completion_tokens"]) == (2, 14, 4)
+        assert stats["filled"]["max_completion_tokens->max_tokens"] == 1 and "temperature" not in stats["filled"]
+        with pytest.raises(OSError, match="502"):  # nothing listens behind /rm: a 502 naming it, no hang
+            urlopen(f"{url}/rm/api/search?query=q&k=1", timeout=10)
+    finally:
+        server.shutdown()
+        upstream.shutdown()
+
+
+def test_units_selection_configs_and_the_matched_budget(tmp_path):
+    nq, hotpot = config.units("nq"), config.units("hotpotqa")
+    assert nq[:10] == ["dsp:vanilla-seed0", *(f"dsp:rtr-seed{s}" for s in range(5)), "dsp:small-seed0",
+                       "dsp:compiled-seed0", "dsp:compiled-seed1", "dsp:compiled-seed2"]
+    assert not any("multihop" in u for u in nq) and any(u.startswith("dspy:multihop-") for u in hotpot)
+    picked = [u for u in nq if config.selected(u, ["dspy:rtr_predict-labeled", "dsp:vanilla"], [])]
+    assert picked == ["dsp:vanilla-seed0", "dspy:rtr_predict-labeled-chat-seed0", "dspy:rtr_predict-labeled-json-seed0"]
+    assert parse_config("multihop-rsmatched-json") == ("multihop", "rsmatched", "json")
+    with pytest.raises(ValueError, match="PROGRAM-OPTIMIZER-ADAPTER"):
+        parse_config("rtr_predict-labeled")
+    assert config.dsp_lm_spec("gemma", "http://127.0.0.1:18800") == \
+        "openai-compatible:http://127.0.0.1:18800/lm/v1,model=gemma-3-270m,type=text"
+    cost = tmp_path / "c.cost.json"
+    cost.write_text(json.dumps({"lm_usage": {"requests": 700, "cached_requests": 100}}))
+    assert peer.matched_candidates([cost], 80) == 7  # 800 calls / 80 per candidate, less DSPy's 3 fixed ones
+
+
+def test_the_knn_vectorizer_is_offline_and_finds_the_near_question():
+    questions = ["who wrote the novel hamlet", "when did the titanic sink", "capital city of france"]
+    embed = HashingTfidf(questions)
+    vectors = embed([f"question: {q}" for q in questions])
+    query = embed(["question: in what year did the titanic sink"])
+    assert vectors.shape == (3, embed.dims) and int((vectors @ query.T).argmax()) == 1
+
+
+def test_the_gate_renders_a_system_message_as_gemmas_template_does_and_the_doctests_hold():
+    body = {"messages": [{"role": "system", "content": "Fields: answer."}, {"role": "user", "content": "Q1"},
+                         {"role": "assistant", "content": "A1"}, {"role": "user", "content": "Q2"}]}
+    assert gate.merge_system(body) and [m["content"] for m in body["messages"]] == ["Fields: answer.\n\nQ1", "A1", "Q2"]
+    assert not gate.merge_system({"messages": [{"role": "user", "content": "Q"}]})
+    assert config.MODELS["gemma"].merge_system and not config.MODELS["smollm2"].merge_system
+    for module in (config, gate, peer):
+        assert doctest.testmod(module).failed == 0, module.__name__
