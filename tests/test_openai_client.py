@@ -601,3 +601,17 @@ def test_llama_cpp_server_text_and_chat(llama_server, tmp_path):
         assert caught.value.attempts == 1 and caught.value.status == 400
     print(f"\n[llama.cpp server] text={first[0]!r} n=3 -> {sampled!r} chat={answer[0]!r} "
           f"usage={text.usage.as_dict()}")
+
+
+def test_an_openai_compatible_spec_sends_greedy_defaults_a_server_would_not(tmp_path, monkeypatch):
+    """llama.cpp's and vLLM's servers answer a request without max_tokens with 16 tokens, and llama.cpp's
+    samples at temperature 0.8: a spec-built client sends the embedded client's defaults (greedy, 150
+    tokens) unless the call sets its own."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-local-not-a-secret")
+    with FaultServer() as server, dsp.settings.context(cache_dir=str(tmp_path / "c")):
+        lm = dsp.lm_from_spec(f"openai-compatible:{server.url},model=fault-model")
+        lm("Question: anything?\nAnswer:")
+        lm("Question: something else?\nAnswer:", temperature=0.7, max_tokens=8)
+    first, second = server.bodies
+    assert (first["temperature"], first["max_tokens"]) == (0.0, 150)
+    assert (second["temperature"], second["max_tokens"]) == (0.7, 8)

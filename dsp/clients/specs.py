@@ -224,7 +224,14 @@ def _openai_compatible(argument: str, options: dict[str, str]) -> Any:
 
     model = options.get("model") or _first_model(argument)
     # DSP prompts are completion prompts: the text endpoint is the faithful default for a local server.
-    return OpenAI(model, base_url=argument, model_type=options.get("type", "text"))
+    # A call that sets no temperature or token limit is greedy with room for an answer, as on the embedded
+    # client: a server's own defaults (llama.cpp's and vLLM's: 16 tokens; llama.cpp's: temperature 0.8)
+    # would cut answers short and sample where DSP meant the model's best answer.
+    return OpenAI(model, base_url=argument, model_type=options.get("type", "text"), **SERVER_DEFAULTS)
+
+
+# The generation defaults an `openai-compatible:` server is sent (DSP v1's GPT-3 defaults; the embedded client's).
+SERVER_DEFAULTS = {"temperature": 0.0, "max_tokens": 150}
 
 
 def _gpt3(argument: str, options: dict[str, str]) -> Any:
