@@ -74,7 +74,7 @@ def test_bad_or_unreachable_urls_are_named_without_their_password(redis_url):
     with pytest.raises(ValueError, match="must start with redis://"):
         cache.get_store(url="http://user:hunter2@127.0.0.1:1/0")
     closed = closed_port()
-    with pytest.raises(ConnectionError, match=rf"cannot use the dsp cache at redis://:\*\*\*@127.0.0.1:{closed}/0") as info:
+    with pytest.raises(ConnectionError, match=rf"cannot use the dsp cache at redis://\*\*\*@127.0.0.1:{closed}/0") as info:
         RedisStore(f"redis://:hunter2@127.0.0.1:{closed}/0", timeout=2)
     assert "hunter2" not in str(info.value) and info.value.__cause__ is None
 
