@@ -60,6 +60,12 @@ SPLIT="$(cfg split "$DATASET")"
 W="$WORK_ROOT/$LM/$DATASET"
 R="$OUT_ROOT/$LM/$DATASET"
 mkdir -p "$W/logs" "$W/dsp" "$W/compiled" "$R"
+# A fresh work folder (a new machine) resumes dsp's units from the committed results files: dsp run needs
+# a row's index, fingerprint and error to resume, not its traces. (DSPy's raw rows are not kept there.)
+for kept in "$R"/*.jsonl; do
+  [[ -e "$kept" && "$(basename "$kept")" != *-dspy-* && ! -e "$W/dsp/$(basename "$kept")" ]] || continue
+  cp "$kept" "$W/dsp/"
+done
 export DSP_CACHEDIR="$W/cache-dsp"   # dsp's cache for this column (runs, compiles, the RM server)
 GATE_PORT="$(cfg port "$LM" "$DATASET" ${PORT_BASE:+"$PORT_BASE"})"
 GATE="http://127.0.0.1:$GATE_PORT"
