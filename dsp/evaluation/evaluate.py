@@ -106,50 +106,42 @@ def evaluate(
         if done and (display or progress):
             print(f"resumed {len(done)} rows from {log.path}")
     try:
-        return _run(program, examples, metric, metric_name, fields, runner, log, done, seed, progress, display)
+        rows: dict[int, dict[str, Any]] = dict(done)
+        usage = Usage()
+        lock = threading.Lock()
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            name = progress if isinstance(progress, str) else "evaluate"
+            bar = tqdm(total=len(examples), initial=len(done), desc=f"{name} ({metric_name})", unit="ex")
+
+        def on_row(row: dict[str, Any]) -> None:
+            """Count a finished example's usage, write its row, show it (called in this thread)."""
+            with lock:
+                counted = row.get("usage") or {}
+                for key in _USAGE_KEYS:
+                    setattr(usage, key, getattr(usage, key) + int(counted.get(key) or 0))
+                usage.cost += float(counted.get("cost") or 0.0)
+            if log is not None:
+                log.append(row)
+            rows[row["index"]] = row
+            if bar is not None:
+                scored = [r["score"] for r in rows.values()]
+                bar.set_postfix_str(f"{metric_name}={100 * sum(scored) / len(scored):.1f}")
+                bar.update(1)
+
+        todo = [i for i in range(len(examples)) if i not in done]
+        try:
+            runner.run(Job(program, metric, examples, seed, fields), todo, on_row)
+        finally:
+            if bar is not None:
+                bar.close()
+        result = EvaluationResult([rows[i] for i in sorted(rows)], metric_name, str(log.path) if log else None, seed,
+                                  usage, resumed=len(done))
+        if display:
+            print(result.summary())
+        return result
     finally:
         if log is not None:
             log.close()
-
-
-def _run(program: Callable[..., Any], examples: list[Example], metric: Callable[..., Any], metric_name: str,
-         fields: Fields, runner: Runner, log: RunLog | None, done: dict[int, dict[str, Any]], seed: int | None,
-         progress: bool | str, display: bool) -> EvaluationResult:
-    """The examples not `done` through `runner`, each row appended to `log` as it finishes."""
-    rows: dict[int, dict[str, Any]] = dict(done)
-    usage = Usage()
-    lock = threading.Lock()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        name = progress if isinstance(progress, str) else "evaluate"
-        bar = tqdm(total=len(examples), initial=len(done), desc=f"{name} ({metric_name})", unit="ex")
-
-    def on_row(row: dict[str, Any]) -> None:
-        """Count a finished example's usage, write its row, show it (called in this thread)."""
-        with lock:
-            counted = row.get("usage") or {}
-            for key in _USAGE_KEYS:
-                setattr(usage, key, getattr(usage, key) + int(counted.get(key) or 0))
-            usage.cost += float(counted.get("cost") or 0.0)
-        if log is not None:
-            log.append(row)
-        rows[row["index"]] = row
-        if bar is not None:
-            scored = [r["score"] for r in rows.values()]
-            bar.set_postfix_str(f"{metric_name}={100 * sum(scored) / len(scored):.1f}")
-            bar.update(1)
-
-    todo = [i for i in range(len(examples)) if i not in done]
-    try:
-        runner.run(Job(program, metric, examples, seed, fields), todo, on_row)
-    finally:
-        if bar is not None:
-            bar.close()
-    result = EvaluationResult([rows[i] for i in sorted(rows)], metric_name, str(log.path) if log else None, seed,
-                              usage, resumed=len(done))
-    if display:
-        print(result.summary())
-    return result
-
