@@ -19,8 +19,9 @@ setup(
     # the folder won (`module 'dsp' has no attribute 'Example'`). A built wheel is the same either way.
     package_dir={"": "."},
     packages=find_packages(include=["dsp", "dsp.*", "programs", "programs.*", "templates", "templates.*"]),
-    include_package_data=True,
-    # The Lost in the Middle prompt templates are part of the protocol: they ship with the package.
+    # The Lost in the Middle prompt templates are part of the protocol: they ship with the package. Listed
+    # here only: include_package_data would also read them from the manifest and warn, file by file, that
+    # the folder `dsp.litm.prompts` is not a package.
     package_data={"dsp.litm": ["prompts/*.prompt", "prompts/LICENSE"]},
     install_requires=[
         "numpy>=1.24",
@@ -34,6 +35,8 @@ setup(
         # The OpenAI client's whole-attempt deadline wraps the transport of the HTTP library openai uses.
         "httpx2>=2.16",
         "httpcore2>=2.16",
+        # The HTTP clients' backoff loop (dsp.clients.retry).
+        "tenacity>=8.2",
         "bm25s>=0.3",
         "PyStemmer>=2.2",
     ],
@@ -59,11 +62,13 @@ setup(
             "matplotlib>=3.8",
             "ray>=2.9",
             "redis>=5.0",
+            "ruff>=0.5",  # the lint (ruff.toml), run by tests/test_lint.py
         ],
         # Beyond one machine: Ray fan-out of dsp.evaluate and a Redis-backed shared cache.
         "scale": ["ray>=2.9", "redis>=5.0"],
         "bench": ["rank_bm25>=0.2.2", "psutil>=5.9"],
     },
     entry_points={"console_scripts": ["dsp=programs.cli:main"]},
-    classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: MIT License"],
+    # No license classifier: `license` says it (setuptools deprecates saying it twice).
+    classifiers=["Programming Language :: Python :: 3"],
 )

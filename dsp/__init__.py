@@ -3,10 +3,22 @@
 Programs pass Examples between a frozen LM and a frozen RM:
 
 >>> import dsp
->>> dsp.settings.configure(lm=dsp.ReplayLM(lm_file), rm=dsp.ReplayRM(rm_file))   # doctest: +SKIP
->>> x = dsp.Example(question="Who wrote Hamlet?", demos=dsp.sample(train, k=3))    # doctest: +SKIP
->>> x.context = dsp.retrieve(x.question, k=3)                                      # doctest: +SKIP
->>> x, completions = dsp.generate(qa_template)(x, stage="qa")                      # doctest: +SKIP
+>>> qa = dsp.Template("Answer questions with short factoid answers.",
+...                   context=dsp.Type(prefix="Context:\\n", desc="${sources that may contain relevant content}"),
+...                   question=dsp.Type(prefix="Question:", desc="${the question to be answered}"),
+...                   answer=dsp.Type(prefix="Answer:", desc="${a short factoid answer}", format=dsp.format_answers))
+>>> class Reader(dsp.LM):  # a stand-in for a real LM (dsp.LlamaCpp(), dsp.OpenAI(...)): one fixed answer
+...     def _request(self, request):
+...         return {"choices": [{"text": " William Shakespeare", "finish_reason": "stop"}]}
+>>> rm = dsp.BM25([{"title": "Hamlet", "text": "Hamlet is a tragedy by William Shakespeare."},
+...                {"title": "Paris", "text": "Paris is the capital of France."}])
+>>> train = [dsp.Example(question="What is the capital of France?", answer=["Paris"])]
+>>> with dsp.settings.context(lm=Reader("reader"), rm=rm, cache=False):
+...     x = dsp.Example(question="Who wrote Hamlet?", demos=dsp.sample(train, k=1))   # DEMONSTRATE
+...     x.context = dsp.retrieve(x.question, k=1)                                      # SEARCH
+...     x, completions = dsp.generate(qa)(x, stage="qa")                               # PREDICT
+>>> x.context, completions.answer
+(['Hamlet | Hamlet is a tragedy by William Shakespeare.'], 'William Shakespeare')
 """
 
 from importlib import import_module
@@ -18,7 +30,8 @@ from .clients import (
     RequestRejected, RetriesExhausted, RetryPolicy, SamplesInBatch, ScoresOptions, ServiceError, UnrecordedRequest, Usage, Vectorizer,
 )
 from .clients.specs import lm_from_spec, rm_from_spec
-from .compiling import Compiled, DemoSpace, Space, compile, load_compiled, register_program, register_programs
+from .compiling import (Compiled, CompileConfig, DemoSpace, Space, compile, load_compiled, register_program,
+                        register_programs)
 from .cache import CacheFileError
 from .evaluation import (BadRow, EvaluationResult, Fields, FileInUse, IncompleteRun, ResultsWriteError, RunMismatch,
                          compare_runs, evaluate, summarize_seeds)
@@ -55,7 +68,7 @@ __all__ = [
     "evaluate", "EvaluationResult", "summarize_seeds", "Fields", "RunMismatch", "compare_runs", "IncompleteRun",
     "FileInUse", "BadRow", "ResultsWriteError", "CacheFileError",
     # compiling: programs tuned by search on their training data
-    "compile", "load_compiled", "Compiled", "Space", "DemoSpace", "register_program", "register_programs",
+    "compile", "CompileConfig", "load_compiled", "Compiled", "Space", "DemoSpace", "register_program", "register_programs",
     # clients from text specs ("llamacpp", "openai:gpt-4o-mini", "bm25:passages.jsonl.gz", ...)
     "lm_from_spec", "rm_from_spec",
     "utils", "datasets", "stats", "__version__",

@@ -15,9 +15,16 @@ is not a byte count in ASCII digits; 404/405 for a wrong path or method; 500 whe
 ``GET /health`` answers ``{"status": "ok", "rm", "provider", "index", "passages", "searches"}``: the RM's
 class, provider and index name, never a filesystem path.
 
->>> server = make_server(BM25("passages.jsonl.gz"), port=0)        # doctest: +SKIP
->>> threading.Thread(target=server.serve_forever, daemon=True).start()   # doctest: +SKIP
->>> ColBERTv2(server.url + "/api/search")("Who wrote Hamlet?", k=3)   # doctest: +SKIP
+>>> import threading
+>>> from dsp.clients.bm25 import BM25
+>>> from dsp.clients.colbertv2 import ColBERTv2
+>>> server = make_server(BM25([{"id": "hamlet", "title": "Hamlet", "text": "A tragedy by William Shakespeare."},
+...                            {"id": "paris", "title": "Paris", "text": "The capital of France."},
+...                            {"id": "nile", "title": "Nile", "text": "A river of north-eastern Africa."}]), port=0)
+>>> threading.Thread(target=server.serve_forever, daemon=True).start()
+>>> [p.pid for p in ColBERTv2(server.url + "/api/search")("Who wrote Hamlet?", k=1, cache=False)]
+['hamlet']
+>>> server.shutdown(); server.server_close()
 
 From a shell (the `dsp` command)::
 
@@ -46,6 +53,7 @@ from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import parse_qsl, urlsplit
 
 from .clients.rm import RM
+from .utils import check_positive_int, is_int
 
 __all__ = ["make_server", "serve", "load_index", "RMServer", "DEFAULT_PORT", "DEFAULT_K", "MAX_K"]
 
@@ -80,7 +88,7 @@ def _parse_k(value: Any, default_k: int, max_k: int) -> int:
             raise _BadRequest(400, f"k must be a positive integer of at most {_K_DIGITS} digits (k is capped at "
                                    f"{max_k}), got one of {len(digits)} digits")
         k = int(digits or "0")
-    elif isinstance(value, int) and not isinstance(value, bool):
+    elif is_int(value):
         k = value
     else:
         raise _BadRequest(400, f"k must be a positive integer, got {value!r:.40}")
@@ -317,17 +325,16 @@ def make_server(rm: Callable[..., Any], host: str = "127.0.0.1", port: int = DEF
     call when given; `threadsafe=True` lets concurrent requests search at the same time. Run it with
     `server.serve_forever()` (e.g. in a thread) and stop it with `server.shutdown(); server.server_close()`.
 
-    >>> server = make_server(rm, port=0)                                      # doctest: +SKIP
-    >>> threading.Thread(target=server.serve_forever, daemon=True).start()    # doctest: +SKIP
-    >>> server.url                                                            # doctest: +SKIP
-    'http://127.0.0.1:40123'
+    >>> server = make_server(lambda query, k: ["a passage"], port=0)
+    >>> server.url.startswith("http://127.0.0.1:")
+    True
+    >>> server.server_close()
     """
     if not callable(rm):
         raise TypeError(f"make_server needs an RM (callable as rm(query, k)), got {type(rm).__name__}")
     for name, value in (("default_k", default_k), ("max_k", max_k)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        check_positive_int(value, name)
+    if not is_int(port) or not 0 <= port <= 65535:
         raise ValueError(f"port must be an integer in 0..65535, got {port!r}")
     try:
         return RMServer((host, port), rm, default_k=min(default_k, max_k), max_k=max_k, cache=cache,
@@ -339,7 +346,9 @@ def make_server(rm: Callable[..., Any], host: str = "127.0.0.1", port: int = DEF
 def serve(rm: Callable[..., Any], host: str = "127.0.0.1", port: int = DEFAULT_PORT, **options: Any) -> None:
     """Serve `rm` until interrupted (Ctrl-C); `options` as for `make_server`.
 
-    >>> serve(BM25.load("wiki-bm25"), port=8893)      # doctest: +SKIP
+    For example (it blocks until interrupted, so it is not run as a doctest)::
+
+        serve(BM25.load("wiki-bm25"), port=8893)
     """
     server = make_server(rm, host, port, **options)
     log.info("serving %r at %s (search: %s/api/search?query=...&k=..., health: %s/health)",
@@ -357,7 +366,14 @@ def load_index(index: str | os.PathLike, backend: str = "bm25", vectorizer: str 
     """The RM to serve: a saved index directory is loaded, a passages file indexed (`backend` bm25, dense
     or colbert; `vectorizer` e5 or hashing for a dense index built here).
 
-    >>> rm = load_index("wiki-bm25/")                      # doctest: +SKIP
+    >>> import json, tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     passages = Path(tmp) / "passages.jsonl"
+    ...     _ = passages.write_text(json.dumps({"id": "p1", "title": "Paris", "text": "The capital of France."})
+    ...                             + "\\n" + json.dumps({"id": "p2", "title": "Nile", "text": "A river."}) + "\\n")
+    ...     rm = load_index(passages)
+    >>> type(rm).__name__, [p.id for p in rm("capital of France", k=1, cache=False)]
+    ('BM25', ['p1'])
     """
     from .datasets import CorpusError, DataFileError
 

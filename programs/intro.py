@@ -2,10 +2,12 @@
 
 Each takes a question and the training set and returns an answer string:
 
->>> import dsp, programs.intro as intro                                   # doctest: +SKIP
->>> dsp.settings.configure(lm=dsp.ReplayLM(lm_file), rm=dsp.ReplayRM(rm_file))  # doctest: +SKIP
->>> intro.multihop_QA_v2("When was the creator of Hadoop given an award?", train)  # doctest: +SKIP
-'2015'
+With the recorded GPT-3/ColBERTv2 responses of DSP_DATA_DIR/dsp_v1 (so shown, not run as a doctest;
+``python -m programs.intro`` replays them all)::
+
+    import dsp, programs.intro as intro
+    dsp.settings.configure(lm=dsp.ReplayLM(lm_file), rm=dsp.ReplayRM(rm_file))
+    intro.multihop_QA_v2("When was the creator of Hadoop given an award?", train)    # '2015'
 """
 
 from __future__ import annotations

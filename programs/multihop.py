@@ -12,11 +12,12 @@
 from __future__ import annotations
 
 import dsp
+from programs.family import Family
 from programs.self_ask import self_ask_program
 from templates.qa import hop, qa, qa_with_context, qa_with_cot, rewrite
 
 __all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "greedy_search", "PROGRAMS", "PRESETS",
-           "SEARCH", "MOOT", "BOUNDS"]
+           "SEARCH", "MOOT", "BOUNDS", "FAMILY"]
 
 
 def vanilla(question: str, train: list[dsp.Example], n_demos: int = 16,
@@ -130,3 +131,7 @@ BOUNDS = {
     "hops": (1, None),
     "n_queries": (1, None),      # sampled queries per hop
 }
+
+# The family as the `dsp` command reads it (a compile tries 2 or 4 demonstrations).
+FAMILY = Family("multihop", PROGRAMS, PRESETS, SEARCH, MOOT, BOUNDS, demo_ks=(2, 4), main_program="dsp",
+                small_preset="small")

@@ -19,11 +19,12 @@ from __future__ import annotations
 from typing import Literal
 
 import dsp
+from programs.family import Family
 from programs.self_ask import self_ask_program
 from templates.qa import qa, qa_with_context, qa_with_cot
 
 __all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "PROGRAMS", "PRESETS", "SEARCH", "MOOT",
-           "BOUNDS"]
+           "BOUNDS", "FAMILY"]
 
 Label = Literal["predicted", "gold"]
 
@@ -150,3 +151,7 @@ BOUNDS = {
     "pool": (0, None),           # training examples tried for annotation
     "n_raw": (0, None),          # raw demos beside the augmented ones
 }
+
+# The family as the `dsp` command reads it (a compile tries 3, 5 or 8 demonstrations).
+FAMILY = Family("open_qa", PROGRAMS, PRESETS, SEARCH, MOOT, BOUNDS, demo_ks=(3, 5, 8), main_program="dsp",
+                small_preset="small")

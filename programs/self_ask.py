@@ -5,8 +5,10 @@ the top passage by a short QA prompt ("Intermediate answer: ..."); the LM then c
 writes "So the final answer is: ...". The same RM serves every program, so the comparison with DSP
 is about the program, not the retriever.
 
->>> dsp.settings.configure(lm=dsp.LlamaCpp(), rm=dsp.BM25(passages))     # doctest: +SKIP
->>> self_ask("Who was president when the Eiffel Tower opened?").answer   # doctest: +SKIP
+For example (a model load, so shown, not run as a doctest)::
+
+    dsp.settings.configure(lm=dsp.LlamaCpp(), rm=dsp.BM25(passages))
+    self_ask("Who was president when the Eiffel Tower opened?").answer
 """
 
 from __future__ import annotations

@@ -1,13 +1,19 @@
 """The bundled tasks: which dataset, which family of programs, which metric, fields and default RM.
 
-Plain data, read by the `dsp` command and usable from Python:
+Plain data, read by the `dsp` command and usable from Python; a task refers to its family of programs
+(`programs.family.Family`), which says everything else the command needs:
 
->>> TASKS["nq"].family, TASKS["qrecc"].fields.inputs
-('open_qa', ('Conversation_no', 'Turn_no', 'question'))
+>>> TASKS["nq"].family.name, list(TASKS["nq"].family.programs), TASKS["qrecc"].fields.inputs
+('open_qa', ['vanilla', 'retrieve_then_read', 'self_ask', 'dsp'], ('Conversation_no', 'Turn_no', 'question'))
+>>> TASKS["squad"].family is FAMILIES["open_qa"], list(FAMILIES)
+(True, ['open_qa', 'multihop', 'conversational'])
 >>> [name for name, task in TASKS.items() if "test" in task.splits]
 ['nq', 'squad']
->>> pool, dev = TASKS["nq"].load(n=30)                                   # doctest: +SKIP
->>> pool, test = TASKS["nq"].load(split="test")                          # doctest: +SKIP
+
+Loading reads the shared data (DSP_DATA_DIR), so it is shown, not run as a doctest::
+
+    pool, dev = TASKS["nq"].load(n=30)
+    pool, test = TASKS["nq"].load(split="test")
 
 - `nq`: the Lost-in-the-Middle NQ-open oracle questions: dev is lines 0-999 (the first n, so results
   compare line for line with the anchor figures), test is lines 1000-1999, the training pool lines
@@ -32,11 +38,15 @@ from typing import Any, Callable
 
 import dsp
 from dsp import datasets
+from dsp.utils import check_positive_int
+from programs import conversational, multihop, open_qa
+from programs.family import Family
 
 __all__ = ["Task", "Holdout", "TASKS", "FAMILIES", "SPLITS", "conversation_nF1"]
 
-# The program families: dataset kind -> module under programs/ holding PROGRAMS (and PRESETS).
-FAMILIES = ("open_qa", "multihop", "conversational")
+# The program families by name, each declared by its module under programs/ (its FAMILY).
+FAMILIES: dict[str, Family] = {family.name: family
+                               for family in (open_qa.FAMILY, multihop.FAMILY, conversational.FAMILY)}
 # The splits a task can be evaluated on: its dev split (every task) and its declared test split (some).
 SPLITS = ("dev", "test")
 
@@ -131,7 +141,8 @@ class Holdout:
 
 @dataclass(frozen=True)
 class Task:
-    """A dataset prepared for a family of programs.
+    """A dataset prepared for a family of programs: `family` is that family (`programs.family.Family`),
+    the object itself.
 
     `source` loads (training pool, full dev list); `dev_order` is "head" (the first n, in file order)
     or "sample" (n drawn with the dev seed, kept in file order); `rm` is the default retriever: a
@@ -141,7 +152,7 @@ class Task:
     """
 
     name: str
-    family: str
+    family: Family
     source: Callable[[], tuple[list, list]]
     metric: Callable[..., float]
     rm: Callable[[], Any]
@@ -150,10 +161,6 @@ class Task:
     description: str = ""
     test: Holdout | None = None
     no_test: str = ""
-
-    @property
-    def conversational(self) -> bool:
-        return self.family == "conversational"
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -184,11 +191,12 @@ class Task:
         runs keep their questions; the test was drawn outside them), and with any other dev seed, or
         n above that or None, draws only from the dev list without the test questions.
 
-        >>> pool, dev = TASKS["squad"].load(n=1000)                      # doctest: +SKIP
-        >>> pool, test = TASKS["squad"].load(split="test")               # doctest: +SKIP
+        For example (on the shared data, so not run as a doctest)::
+
+            pool, dev = TASKS["squad"].load(n=1000)
+            pool, test = TASKS["squad"].load(split="test")
         """
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise ValueError(f"n (dev examples) must be a positive integer or None, got {n!r}")
+        check_positive_int(n, "n (dev examples)", optional=True)
         self.check_split(split)
         pool, dev = self.source()
         if self.test is None:
@@ -222,20 +230,20 @@ class Task:
 
 _QA = dsp.Fields(inputs="question", gold="answer", prediction="answer")
 TASKS: dict[str, Task] = {
-    "nq": Task("nq", "open_qa", _nq, dsp.EM, _wiki2018_bm25, _QA, "head",
+    "nq": Task("nq", open_qa.FAMILY, _nq, dsp.EM, _wiki2018_bm25, _QA, "head",
                "NQ-open (Lost-in-the-Middle oracle questions), BM25 over the Wikipedia-2018 sample",
                test=Holdout(size=1000, dev=1000)),
-    "nq-open": Task("nq-open", "open_qa", _nq_open, dsp.EM, _wiki2018_bm25, _QA, "sample",
+    "nq-open": Task("nq-open", open_qa.FAMILY, _nq_open, dsp.EM, _wiki2018_bm25, _QA, "sample",
                     "NQ-open dev, BM25 over the Wikipedia-2018 sample",
                     no_test="its questions are NQ-open dev less nq's test questions (which are NQ-open dev "
                             "questions too): NQ's test split is --dataset nq's"),
-    "squad": Task("squad", "open_qa", _squad, dsp.EM, lambda: dsp.BM25(datasets.squad_corpus()), _QA, "sample",
+    "squad": Task("squad", open_qa.FAMILY, _squad, dsp.EM, lambda: dsp.BM25(datasets.squad_corpus()), _QA, "sample",
                   "Open-SQuAD: SQuAD dev questions, BM25 over its paragraphs", test=Holdout(size=1000, dev=1000)),
-    "hotpotqa": Task("hotpotqa", "multihop", _hotpotqa, dsp.EM, lambda: dsp.BM25(datasets.hotpotqa_corpus()), _QA,
+    "hotpotqa": Task("hotpotqa", multihop.FAMILY, _hotpotqa, dsp.EM, lambda: dsp.BM25(datasets.hotpotqa_corpus()), _QA,
                      "sample", "HotPotQA dev sample, BM25 over the pooled distractor contexts and abstracts",
                      no_test="the mirror's 100 distractor-setting questions are all its dev split (no others "
                              "have the contexts its retriever pools)"),
-    "qrecc": Task("qrecc", "conversational", _qrecc, conversation_nF1, _qrecc_corpus,
+    "qrecc": Task("qrecc", conversational.FAMILY, _qrecc, conversation_nF1, _qrecc_corpus,
                   dsp.Fields(inputs=("Conversation_no", "Turn_no", "question"), gold="answer", prediction="answer"),
                   "head", "QReCC conversations 1 and 18, BM25 over 200-word passage pieces",
                   no_test="its 36 turns are its 16 dev turns and its training pool"),

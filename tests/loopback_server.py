@@ -4,12 +4,13 @@
 context manager, and the OpenAI-style base `url`. `JSONHandler` is the request handlers' base:
 HTTP/1.1 keep-alive (as real API servers do), TCP_NODELAY, no access log, and `send_json`, which
 writes status line, headers and body in one write. `slow_lm_server.py` (a slow LM) and
-`fault_server.py` (a faulty one) build on them.
+`fault_server.py` (a faulty one) build on them. A server is a subclass naming its handler::
 
->>> class Echo(LoopbackServer):                                   # doctest: +SKIP
-...     handler = EchoHandler                                       # a JSONHandler with do_GET / do_POST
->>> with Echo() as server:                                          # doctest: +SKIP
-...     server.url                                                  # 'http://127.0.0.1:PORT/v1'
+    class Echo(LoopbackServer):
+        handler = EchoHandler            # a JSONHandler with do_GET / do_POST
+
+    with Echo() as server:
+        server.url                       # 'http://127.0.0.1:PORT/v1'
 """
 
 from __future__ import annotations

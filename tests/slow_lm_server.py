@@ -14,8 +14,9 @@ ideal throughput.
 
 In process (tests):
 
->>> with SlowLMServer(delay=0.2) as server:                       # doctest: +SKIP
-...     spec = server.spec                                          # 'openai-compatible:http://127.0.0.1:PORT/v1,model=slow'
+>>> with SlowLMServer(delay=0.2) as server:
+...     server.spec.startswith("openai-compatible:http://127.0.0.1:") and server.spec.endswith("/v1,model=slow")
+True
 
 In its own process (benchmarks, so its threads do not share the client's GIL): `python
 tests/slow_lm_server.py --delay 0.2 [--answer Paris] [--port P]` prints its base URL and serves until

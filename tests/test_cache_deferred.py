@@ -13,7 +13,9 @@ import pytest
 from helpers import ScriptedLM
 
 import dsp
-from dsp import cache, cache_deferred
+from dsp import cache
+from dsp.cache import deferred as cache_deferred
+from dsp.cache import memory
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -24,7 +26,7 @@ def _stored(directory) -> int:
 
 
 def test_entries_wait_for_a_flush_and_answer_meanwhile(tmp_path, monkeypatch):
-    monkeypatch.setattr(cache, "MEMORY_LIMIT", 0)  # no in-process layer: repeats must be served by the pending set
+    monkeypatch.setattr(memory, "MEMORY_LIMIT", 0)  # no in-process layer: repeats must be served by the pending set
     directory = str(tmp_path / "c")
     with dsp.settings.context(cache_dir=directory, cache_write="deferred"):
         assert cache.cached_call({"q": 1}, lambda: {"a": (1, 2)}) == ({"a": [1, 2]}, False)
@@ -94,7 +96,7 @@ _KILLED_RUN = textwrap.dedent('''
     with dsp.settings.context(cache_dir={cache_dir!r}, cache_write="deferred"):
         dsp.evaluate(program, dev, out={out!r}, progress=False, display=False)
     if {kill_after} == 0:
-        print("pending", dsp.cache_deferred.pending_count())
+        print("pending", dsp.cache.deferred.pending_count())
 ''')
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dsp
 from dsp import cache
+from dsp.cache import memory
 
 
 def _count_calls():
@@ -49,7 +50,7 @@ def test_each_hit_is_a_fresh_copy_and_each_store_its_own(tmp_path):
 def test_a_hit_from_disk_in_a_new_process_state_matches_memory(tmp_path):
     with dsp.settings.context(cache_dir=str(tmp_path)):
         cache.cached_call({"q": "disk"}, lambda: {"v": 1.5})
-    cache._memories.clear()  # as in a new process: the entry comes from the store, then from memory
+    memory.forget()  # as in a new process: the entry comes from the store, then from memory
     with dsp.settings.context(cache_dir=str(tmp_path)):
         assert cache.cached_call({"q": "disk"}, lambda: None) == ({"v": 1.5}, True)
         assert cache.cached_call({"q": "disk"}, lambda: None) == ({"v": 1.5}, True)
@@ -66,8 +67,8 @@ def test_requests_the_key_refuses_are_still_refused(tmp_path):
 
 
 def test_the_layer_keeps_at_most_its_limit():
-    memory = cache._Memory(limit=100)
+    layer = memory.Memory(limit=100)
     for i in range(50):
-        memory.put(("k", i), 10, "0123456789")
-    assert memory.size <= 100 and len(memory.entries) == 5
-    assert memory.get(("k", 49)) == "0123456789" and memory.get(("k", 0)) is None
+        layer.put(("k", i), 10, "0123456789")
+    assert layer.size <= 100 and len(layer.entries) == 5
+    assert layer.get(("k", 49)) == "0123456789" and layer.get(("k", 0)) is None

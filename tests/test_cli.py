@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import ListRM, ScriptedLM
 from slow_lm_server import SlowLMServer
 
 import dsp
@@ -16,6 +17,7 @@ from dsp.clients.specs import (
     SpecError, check_lm_spec, llamacpp_options, lm_from_spec, parse_spec, rm_from_spec, with_options,
 )
 from programs.cli import build_parser, main
+from programs.tasks import TASKS
 
 
 def test_specs_build_clients_and_name_the_valid_kinds(tmp_path):
@@ -136,6 +138,16 @@ def test_help_shows_defaults_and_the_right_program_names(capsys):
     assert "(default: runs)" in flat and "(default: nq)" in flat and "(default: None)" not in flat
 
 
+def test_no_help_text_shows_a_doubled_percent_sign(capsys):
+    """argparse %-formats option help but prints a description as written: "95%%" there stays doubled."""
+    commands = build_parser()._subparsers._group_actions[0].choices  # noqa: SLF001 - argparse keeps them only here
+    for name in commands:
+        assert main([name, "--help"]) == 0
+        assert "%%" not in capsys.readouterr().out, name
+    assert main(["run", "--help"]) == 0
+    assert "95% interval" in capsys.readouterr().out
+
+
 def test_every_subcommand_shares_the_option_names():
     """--n, --threads, --out and the LM options mean the same everywhere; no --limit or --n-threads left."""
     parser = build_parser()
@@ -228,7 +240,6 @@ def test_ask_shows_the_models_raw_text_and_marks_a_cut_prompt(data_dir, capsys):
 
 def test_hotpotqa_retrieves_from_a_pool_holding_its_supporting_pages(data_dir):
     from programs.cli.run import build_rm
-    from programs.tasks import TASKS
 
     task = TASKS["hotpotqa"]
     _, dev = task.load(20, 0)
@@ -237,3 +248,80 @@ def test_hotpotqa_retrieves_from_a_pool_holding_its_supporting_pages(data_dir):
     # both pages need the second hop (measured on the 100-question sample: 99 and 53 of 100).
     found = [set(e.gold_titles) & {p.title for p in rm(e.question, k=5)} for e in dev]
     assert sum(bool(f) for f in found) >= 18 and sum(len(f) == 2 for f in found) < 20
+
+
+# -- families are data: the command names none, and a small LM gets the small-model preset ----------------
+
+def test_no_code_of_the_command_names_a_family_or_a_program():
+    """Help texts, choices and compile settings come from the families' declarations (programs.family): the
+    code under programs/cli/ holds no family's or program's name (docstrings may show example commands)."""
+    import ast
+    from pathlib import Path
+
+    from programs.tasks import FAMILIES
+
+    # "dsp" is also the package and the command: it cannot be told apart from the program of that name.
+    names = set(FAMILIES) | ({p for family in FAMILIES.values() for p in family.programs} - {"dsp"})
+    found = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "programs" / "cli").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            texts = {ast.Constant: lambda n: [n.value] if isinstance(n.value, str) and id(n) not in docstrings else [],
+                     ast.Name: lambda n: [n.id], ast.Attribute: lambda n: [n.attr],
+                     ast.alias: lambda n: [n.name, n.asname or ""], ast.ImportFrom: lambda n: [n.module or ""],
+                     ast.keyword: lambda n: [n.arg or ""]}.get(type(node), lambda n: [])(node)
+            found += [(path.name, node.lineno, text) for text in texts if any(name in text for name in names)]
+    assert found == []
+
+
+class SmallLM(ScriptedLM):
+    small = True  # declared as the embedded llama.cpp client declares it
+
+
+def _ask(monkeypatch, capsys, lm, *argv):
+    """`dsp ask` on a scripted pool, LM and RM (no data, no model): (its LM's requests, what it printed)."""
+    from programs.cli import run
+    from programs.tasks import Task
+
+    pool = [dsp.Example(question=f"train question {i}?", answer=[f"answer {i}"]) for i in range(20)]
+    monkeypatch.setattr(Task, "load", lambda self, n=None, dev_seed=0, split="dev": (pool, []))
+    monkeypatch.setattr(dsp, "lm_from_spec", lambda spec: lm)
+    monkeypatch.setattr(run, "build_rm", lambda task, spec: ListRM([("Paris | Paris is the capital of France.", 1.0)]))
+    assert main(["ask", "What is the capital of France?", "--lm", "openai-compatible:http://127.0.0.1:9/v1",
+                 *argv]) == 0
+    return list(lm.history), capsys.readouterr().out
+
+
+def _answering(calls):
+    """The call that answers the question asked (not an annotation of a training question, nor a follow-up
+    filling in a field the samples left out)."""
+    return next(call for call in calls if "Question: What is the capital of France?" in call["prompt"])
+
+
+def test_ask_with_a_small_lm_runs_the_small_model_preset(monkeypatch, capsys):
+    """The issue's case: the embedded model on the paper's settings rambled a rationale and answered nothing."""
+    calls, out = _ask(monkeypatch, capsys, SmallLM(lambda prompt, request: [" Paris"] * request.get("n", 1)))
+    small = dict(TASKS["nq"].family.presets["small"])
+    assert "preset small: scripted:scripted declares itself a small model" in out and "answer: Paris" in out
+    assert len(calls) == 1  # gold-labelled demos need no annotation call
+    params = calls[0]["params"]
+    assert (params["n"], params["temperature"]) == (small["n"], small["temperature"]) == (5, 0.3)
+    assert "step by step" not in calls[0]["prompt"]  # no chain of thought
+    # An explicit preset wins; another program has no preset to take.
+    calls, out = _ask(monkeypatch, capsys, SmallLM(lambda prompt, request: [" Paris"] * request.get("n", 1)),
+                      "--preset", "paper")
+    assert "preset small" not in out and _answering(calls)["params"]["n"] == 20
+    calls, out = _ask(monkeypatch, capsys, SmallLM(lambda prompt, request: [" Paris"]), "--program", "vanilla")
+    assert "preset small" not in out and len(calls) == 1 and "answer: Paris" in out
+
+
+def test_ask_with_a_remote_lm_keeps_the_papers_settings(monkeypatch, capsys):
+    calls, out = _ask(monkeypatch, capsys, ScriptedLM(lambda prompt, request: [" Paris"] * request.get("n", 1)))
+    assert "preset" not in out
+    answering = _answering(calls)
+    assert (answering["params"]["n"], answering["params"]["temperature"]) == (20, 0.7)
+    assert answering["prompt"].endswith("step by step.")  # chain of thought

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dsp.clients.bm25 import BM25
 from dsp.clients.colbertv2 import ColBERTv2, ColBERTv2Error, normalize_url, redact_url
 from dsp.clients.retry import RequestRejected, RetriesExhausted, RetryPolicy
 from serve_helpers import PASSAGES, StubServer, TinyRM, closed_port, scripted, served, slow
@@ -206,7 +207,6 @@ def test_malformed_answers_are_clear_errors_naming_the_url(body, message):
 
 
 def test_bm25_over_wiki17_through_the_client(data_dir):
-    BM25 = pytest.importorskip("dsp.clients.bm25", reason="dsp.clients.bm25 is not available").BM25
     bm25 = BM25(data_dir / "hotpotqa" / "wiki17_abstracts_sample.jsonl.gz")
     with served(bm25) as server:
         for post in (False, True):

@@ -3,7 +3,6 @@ JSON, resumes a killed search without repeating finished candidates, and works f
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -44,8 +43,8 @@ def test_compile_finds_the_demonstration_that_makes_the_answers_right(tmp_path):
     lm = ScriptedLM(magic_respond)
     space = Space(demos=DemoSpace(kinds=("raw",), ks=(1,), selects=("random",), seeds=30))
     with dsp.settings.context(lm=lm):
-        compiled = dsp.compile(reader, train, dsp.EM, space=space, candidates=31, val=10, out=tmp_path / "c",
-                               progress=False)
+        compiled = dsp.compile(reader, train, dsp.EM, dsp.CompileConfig(space=space, candidates=31, val=10, progress=False),
+                               out=tmp_path / "c")
     assert [d.question for d in compiled.demos] == [MAGIC]
     best = compiled.table[0]
     assert best["score"] == 100.0 and best["key"] == compiled.candidate["key"]
@@ -60,8 +59,8 @@ def test_compile_finds_the_demonstration_that_makes_the_answers_right(tmp_path):
     # Compiled again into the same folder: every row is reused, no LM call, and the cost the rows took
     # when they ran is still reported (this call's own is nothing).
     with dsp.settings.context(lm=lm):
-        again = dsp.compile(reader, train, dsp.EM, space=space, candidates=31, val=10, out=tmp_path / "c",
-                            progress=False)
+        again = dsp.compile(reader, train, dsp.EM, dsp.CompileConfig(space=space, candidates=31, val=10, progress=False),
+                            out=tmp_path / "c")
     rows = compiled.meta["rows_usage"]
     assert rows["requests"] + rows["cached_requests"] >= 31 * 10 and again.meta["rows_usage"] == rows
     assert again.meta["lm_usage"]["requests"] == again.meta["lm_usage"]["cached_requests"] == 0
@@ -77,7 +76,8 @@ def test_augmented_demonstrations_carry_the_trace_that_passed(tmp_path):
     train = _trainset()
     lm = ScriptedLM(magic_respond)
     with dsp.settings.context(lm=lm):
-        demos = bootstrap(partial(reader, train=train), train, dsp.EM, n_raw=5, out=tmp_path / "b.jsonl")
+        config = dsp.CompileConfig(bootstrap_limit=None, bootstrap_demos=5, progress=False)
+        demos = bootstrap(partial(reader, train=train), train, dsp.EM, config, out=tmp_path / "b.jsonl")["predicted"]
     rows = dsp.evaluation.read_run(tmp_path / "b.jsonl")[1]
     passed = {r["question"] for r in rows if r["score"] == 1.0}
     # Only traces that passed become demonstrations (those whose raw demos held MAGIC), in pool order.
@@ -98,7 +98,8 @@ def test_gold_labelled_demonstrations_show_the_search_that_found_the_answer(tmp_
 
     train = [dsp.Example(question=f"what is q{i}?", answer=[f"a{i}"]) for i in range(12)]
     with dsp.settings.context(lm=ScriptedLM(wrong_respond)):
-        attempted, rows = bootstrap_runs(partial(cot_reader, train=train), train, dsp.EM, out=tmp_path / "b.jsonl")
+        attempted, rows = bootstrap_runs(partial(cot_reader, train=train), train, dsp.EM, dsp.CompileConfig(progress=False),
+                                         out=tmp_path / "b.jsonl")
     assert [r["prediction"] for r in rows] == ["wrong"] * 12
     assert demos_of_rows(attempted, rows) == []
     gold = demos_of_rows(attempted, rows, label="gold")
@@ -116,8 +117,8 @@ def test_compile_tries_gold_labelled_demonstrations(tmp_path):
     train = [dsp.Example(question=f"what is q{i}?", answer=[f"a{i}"]) for i in range(30)]
     space = Space(demos=DemoSpace(kinds=("gold",), ks=(2,), selects=("random",), seeds=1))
     with dsp.settings.context(lm=ScriptedLM(wrong_respond)):
-        compiled = dsp.compile(cot_reader, train, dsp.EM, space=space, candidates=2, val=10, out=tmp_path / "c",
-                               progress=False)
+        compiled = dsp.compile(cot_reader, train, dsp.EM, dsp.CompileConfig(space=space, candidates=2, val=10, progress=False),
+                               out=tmp_path / "c")
     assert [row["key"] for row in compiled.table] == ["baseline", "gold2-random0"]
     assert compiled.meta["augmented"] == 0 and compiled.meta["gold"] > 0
     gold_candidate = next(r for r in compiled.table if r["key"] == "gold2-random0")
@@ -130,8 +131,8 @@ def test_a_kind_the_bootstrap_found_nothing_of_is_not_searched(tmp_path):
     train = [dsp.Example(question=f"what is q{i}?", answer=[f"a{i}"]) for i in range(30)]
     space = Space(demos=DemoSpace(kinds=("raw", "augmented", "gold"), ks=(1, 2), selects=("random",), seeds=2))
     with dsp.settings.context(lm=ScriptedLM(wrong_respond)):
-        compiled = dsp.compile(reader, train, dsp.EM, space=space, candidates=5, val=10, out=tmp_path / "c",
-                               progress=False)
+        compiled = dsp.compile(reader, train, dsp.EM, dsp.CompileConfig(space=space, candidates=5, val=10, progress=False),
+                               out=tmp_path / "c")
     assert compiled.meta["augmented"] == compiled.meta["gold"] == 0 and compiled.meta["demo_kinds"] == ["raw"]
     keys = [row["key"] for row in compiled.table]
     assert len(keys) == 5 and all(k == "baseline" or k.startswith("raw") for k in keys), keys
@@ -152,8 +153,8 @@ def test_graded_metrics_pass_traces_at_the_given_score(tmp_path):
     found = {}
     for passing in (1.0, 0.5):
         with dsp.settings.context(lm=ScriptedLM(wordy)):
-            compiled = dsp.compile(reader, train, dsp.F1, space=space, candidates=3, val=10, passing=passing,
-                                   out=tmp_path / "c", progress=False)
+            config = dsp.CompileConfig(space=space, candidates=3, val=10, passing=passing, progress=False)
+            compiled = dsp.compile(reader, train, dsp.F1, config, out=tmp_path / "c")
         found[passing] = compiled.meta["augmented"]
     assert found[1.0] == 0 and found[0.5] == 20  # every bootstrapped trace scored 0.5
 
@@ -167,8 +168,9 @@ def test_a_bigger_bootstrap_reruns_only_the_candidates_that_draw_on_it(tmp_path)
     for limit in (8, 25):
         lm = ScriptedLM(magic_respond)
         with dsp.settings.context(lm=lm, cache=False):
-            compiled = dsp.compile(reader, train, dsp.EM, space=space, candidates=3, val=10, bootstrap_limit=limit,
-                                   out=tmp_path / "c", racing=False, progress=False)
+            config = dsp.CompileConfig(space=space, candidates=3, val=10, bootstrap_limit=limit, racing=False,
+                                       progress=False)
+            compiled = dsp.compile(reader, train, dsp.EM, config, out=tmp_path / "c")
         runs[limit] = (compiled.meta["augmented"], len(lm.prompts))
     assert runs[8][0] < runs[25][0]  # the bigger bootstrap found more passing traces
     # The second compile: 17 new bootstrap runs + the augmented candidate's 10 questions, nothing else.
@@ -183,14 +185,13 @@ def test_halving_keeps_the_program_as_written_to_the_last_rung_and_gives_it_ties
     first = sorted(e.question for e in heldout[:6])  # rungs: 6, 12, 24 questions
 
     space = Space(options={"luck": [1, 2]}, demos=DemoSpace(kinds=("raw",), ks=(1,), selects=("random",), seeds=1))
-    compiled = dsp.compile(lucky, train, dsp.EM, space=space, candidates=3, val=24, options={"first": first},
-                           out=tmp_path / "c", progress=False)
+    config = dsp.CompileConfig(space=space, candidates=3, val=24, progress=False)
+    compiled = dsp.compile(lucky, train, dsp.EM, config, options={"first": first}, out=tmp_path / "c")
     rows = {row["key"]: row for row in compiled.table}
     assert compiled.candidate["key"] == "baseline" and rows["baseline"]["n"] == 24 and rows["baseline"]["score"] == 75.0
     assert {row["n"] for key, row in rows.items() if key != "baseline"} <= {12, 24}
     # Every candidate answering as the program as written: the tie goes to the program as written.
-    same = dsp.compile(as_written, train, dsp.EM, space=space, candidates=3, val=24, options={"first": first},
-                       out=tmp_path / "d", progress=False)
+    same = dsp.compile(as_written, train, dsp.EM, config, options={"first": first}, out=tmp_path / "d")
     assert same.candidate["key"] == "baseline"
 
 
@@ -202,8 +203,8 @@ def test_the_program_as_written_is_searched_with_other_option_values(tmp_path):
     _, heldout = split_train(train, 24, 0)
     first = tuple(e.question for e in heldout)  # lucky(luck=1) is right on every validation question
     space = Space(options={"luck": [0, 1]}, demos=DemoSpace(kinds=("raw",), ks=(1,), selects=("random",), seeds=1))
-    compiled = dsp.compile(lucky, train, dsp.EM, space=space, candidates=10, val=24, options={"first": first},
-                           out=tmp_path / "c", progress=False)
+    config = dsp.CompileConfig(space=space, candidates=10, val=24, progress=False)
+    compiled = dsp.compile(lucky, train, dsp.EM, config, options={"first": first}, out=tmp_path / "c")
     assert sorted(row["key"] for row in compiled.table) == ["baseline", "baseline-luck1", "raw1-random0-luck0",
                                                              "raw1-random0-luck1"]  # no baseline-luck0: luck=0 is its default
     assert compiled.candidate["key"] == "baseline-luck1"  # tied with raw1-random0-luck1: the cheaper (no demos)
@@ -212,8 +213,7 @@ def test_the_program_as_written_is_searched_with_other_option_values(tmp_path):
     baseline = next(row for row in compiled.table if row["key"] == "baseline")
     assert baseline["dropped"]["n"] == 20 and baseline["dropped"]["this_only"] == 0
     assert compiled.table[0]["score"] == 100.0 and compiled.table[0]["vs_baseline"]["a_only"] == 20
-    fixed = dsp.compile(lucky, train, dsp.EM, space=space, candidates=10, val=24, options={"first": first, "luck": 1},
-                        out=tmp_path / "d", progress=False)
+    fixed = dsp.compile(lucky, train, dsp.EM, config, options={"first": first, "luck": 1}, out=tmp_path / "d")
     assert sorted(row["key"] for row in fixed.table) == ["baseline", "baseline-luck0", "raw1-random0-luck0",
                                                           "raw1-random0-luck1"]
     assert fixed.candidate["key"] == "baseline"
@@ -225,7 +225,7 @@ def test_the_compiled_program_round_trips_as_json(tmp_path):
     space = Space(options={"shout": [False, True]},
                   demos=DemoSpace(kinds=("raw",), ks=(3,), selects=("random", "knn"), seeds=2))
     with dsp.settings.context(lm=lm):
-        compiled = dsp.compile(reader, train, dsp.EM, space=space, candidates=7, val=10, progress=False)
+        compiled = dsp.compile(reader, train, dsp.EM, dsp.CompileConfig(space=space, candidates=7, val=10, progress=False))
         path = compiled.save(tmp_path / "compiled.json")
         loaded = dsp.load_compiled(path)
         questions = [f"what is q{i}?" for i in (50, 51, 52)]
@@ -262,8 +262,8 @@ KILLED_COMPILE = textwrap.dedent("""
     train = [dsp.Example(question=f"what is q{{i}}?", answer=[f"a{{i}}"]) for i in range(40)]
     space = Space(demos=DemoSpace(kinds=("raw",), ks=(1,), selects=("random",), seeds=12))
     with dsp.settings.context(lm=ScriptedLM(respond), cache=False):
-        compiled = dsp.compile(reader, train, dsp.EM, space=space, candidates=13, val=10, out={out!r},
-                               racing=False, progress=False)
+        config = dsp.CompileConfig(space=space, candidates=13, val=10, racing=False, progress=False)
+        compiled = dsp.compile(reader, train, dsp.EM, config, out={out!r})
     print("done", compiled.candidate["key"])
 """)
 
@@ -415,8 +415,8 @@ def test_fixed_options_stay_in_the_compiled_program(tmp_path):
     space = Space(options={"shout": [False, True]}, demos=DemoSpace(kinds=("raw",), ks=(3,), selects=("random",),
                                                                      seeds=1))
     with dsp.settings.context(lm=ScriptedLM(magic_respond)):
-        compiled = dsp.compile(reader, train, dsp.EM, space=space, options={"n_demos": 1}, candidates=3, val=10,
-                               progress=False)
+        compiled = dsp.compile(reader, train, dsp.EM, dsp.CompileConfig(space=space, candidates=3, val=10, progress=False),
+                               options={"n_demos": 1})
     assert compiled.options["n_demos"] == 1
     assert dsp.load_compiled(compiled.save(tmp_path / "c.json")).options == compiled.options
 
@@ -469,8 +469,8 @@ def test_compile_chooses_the_retriever_that_finds_the_answers(tmp_path):
     train = [dsp.Example(question=f"what is q{i}?", answer=[f"a{i}"]) for i in range(40)]
     space = Space(demos=DemoSpace(kinds=("raw",), ks=(2,), selects=("random",), seeds=1), rms=["good"])
     with dsp.settings.context(lm=ScriptedLM(read_respond), rm=bad):
-        compiled = dsp.compile(retrieve_then_read, train, dsp.EM, space=space, candidates=4, val=10,
-                               rms={"good": good}, progress=False)
+        compiled = dsp.compile(retrieve_then_read, train, dsp.EM, dsp.CompileConfig(space=space, candidates=4, val=10,
+                               progress=False), rms={"good": good})
         # The program as written is searched with the other retriever too (its own demos, the good RM).
         assert sorted(row["key"] for row in compiled.table) == ["baseline", "baseline-rm_good", "raw2-random0",
                                                                  "raw2-random0-rm_good"]

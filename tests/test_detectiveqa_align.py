@@ -144,7 +144,9 @@ def test_logprob_path_with_an_openai_compatible_server(model_type, respond, expe
 def test_a_server_refusing_logprobs_ends_at_none():
     from dsp.clients.openai import OpenAI
 
-    refuse = lambda request: (400, {"error": {"message": "logprobs are not supported"}}, {})
+    def refuse(request):
+        return 400, {"error": {"message": "logprobs are not supported"}}, {}
+
     with StubServer(refuse) as stub:
         lm = OpenAI("gemma", base_url=stub.url + "/v1", api_key="none", model_type="text")
         aligned = align_reply("Hmm.", PROMPT, lm=lm, options=QUESTION.options)

@@ -168,8 +168,10 @@ def test_a_run_keeps_every_good_question_and_names_every_bad_one(broken, tmp_pat
 def test_a_rerun_resumes_and_a_changed_setting_is_refused(tmp_path, fixture_set):
     lm = letter_lm()
     out = tmp_path / "runs" / "t"
-    make = lambda q_len, **model: TruncateProgram(fixture_set.novels, LMModel(lm, **model), q_len=q_len,
-                                                  tokenizer=ApproxTokenizer())
+
+    def make(q_len, **model):
+        return TruncateProgram(fixture_set.novels, LMModel(lm, **model), q_len=q_len, tokenizer=ApproxTokenizer())
+
     first = run_program(make(300), fixture_set, out=out, n=5)
     assert len(lm.prompts) == 5 and len(first.rows) == 5
     again = run_program(make(300), fixture_set, out=out)  # the first 5 resume, the other 7 run

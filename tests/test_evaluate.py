@@ -98,7 +98,7 @@ def test_seeds_drive_sampling_and_summaries(tmp_path):
     picks = [r.rows[0]["prediction"] for r in results]
     assert picks == [dsp.sample(train, 1, seed=s)[0].question for s in range(5)] and len(set(picks)) > 1
     table = dsp.summarize_seeds(results)
-    assert list(table["seed"]) == [0, 1, 2, 3, 4] and "over 5 seed(s)" in table.attrs["text"]
+    assert list(table["seed"]) == [0, 1, 2, 3, 4] and "over 5 seeds" in table.attrs["text"]
 
 
 def test_bad_dev_sets_are_named():

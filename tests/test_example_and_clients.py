@@ -57,6 +57,26 @@ def test_history_is_bounded_and_inspectable(monkeypatch, capsys):
     assert shown.strip() == printed.strip() and capsys.readouterr().out == ""
 
 
+def test_inspect_history_colours_only_on_a_terminal(monkeypatch, capsys):
+    import io
+    import sys
+
+    lm = ScriptedLM(lambda prompt, request: [" out"])
+    lm("p")
+    lm.inspect_history()  # captured: not a terminal, as a file or a pipe
+    assert "\x1b[" not in capsys.readouterr().out
+    assert lm.inspect_history(printed=False) == "p out"
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    lm.inspect_history()
+    assert "p\x1b[32m out\x1b[0m" in terminal.getvalue()
+
+
 def test_usage_counts_real_requests_and_cache_hits_separately():
     lm = ScriptedLM(lambda prompt, request: [" x"])
     lm.prices = (1.0, 2.0)

@@ -22,6 +22,7 @@ from helpers import ScriptedLM
 
 import dsp
 from dsp import cache
+from dsp.cache import stores
 
 PROMPTS = [f"Question: q{i}\nAnswer:" for i in range(10)]
 
@@ -37,8 +38,8 @@ def _refuse(prompt: str, request: dict) -> list[str]:
 
 def _forget(directory: Path) -> None:
     """Close this process's store for `directory`, as if the next call came from a new process."""
-    for key in [key for key in cache._stores if key[0] == "disk" and key[1] == str(directory)]:
-        cache._stores.pop(key).close()
+    for key in [key for key in stores._stores if key[0] == "disk" and key[1] == str(directory)]:
+        stores._stores.pop(key).close()
 
 
 def _populate(directory: Path) -> list[list[str]]:

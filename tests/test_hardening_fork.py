@@ -11,6 +11,7 @@ import pytest
 
 import dsp
 from dsp import cache
+from dsp.cache import memory, stores
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fork start method")
 FORK = multiprocessing.get_context("fork") if sys.platform != "win32" else None
@@ -47,7 +48,7 @@ def test_a_fork_child_that_exits_normally_stores_all_its_calls(tmp_path, monkeyp
 
 
 def _check_nothing_inherited() -> None:
-    from dsp import cache_deferred
+    from dsp.cache import deferred as cache_deferred
 
     if cache_deferred.pending_count() != 0:
         raise SystemExit(4)  # the parent's pending entries came along
@@ -55,7 +56,7 @@ def _check_nothing_inherited() -> None:
 
 
 def test_a_fork_child_neither_inherits_nor_commits_the_parents_pending_entries(tmp_path):
-    from dsp import cache_deferred
+    from dsp.cache import deferred as cache_deferred
 
     directory = str(tmp_path / "c")
     with dsp.settings.context(cache_dir=directory, cache_write="deferred"):
@@ -70,7 +71,7 @@ def test_a_fork_child_neither_inherits_nor_commits_the_parents_pending_entries(t
 
 
 def test_a_fork_while_another_thread_holds_the_pending_lock_does_not_hang_the_child(tmp_path):
-    from dsp import cache_deferred
+    from dsp.cache import deferred as cache_deferred
 
     directory = str(tmp_path / "c")
     with dsp.settings.context(cache_dir=directory, cache_write="deferred"):
@@ -79,7 +80,7 @@ def test_a_fork_while_another_thread_holds_the_pending_lock_does_not_hang_the_ch
         pending = cache_deferred.pending_of(cache.get_store(directory))
 
         def hold():
-            with pending.lock, cache_deferred._lock, cache._stores_lock:
+            with pending.lock, cache_deferred._lock, stores._stores_lock, memory._lock:
                 held.set()
                 release.wait(30)
 

@@ -17,7 +17,7 @@ def no_cache_work(monkeypatch):
     def forbidden(*args, **kwargs):
         pytest.fail("cache work was done for invalid text")
     monkeypatch.setattr(cache, "get_store", forbidden)
-    monkeypatch.setattr(cache, "_hash_request", forbidden)
+    monkeypatch.setattr(cache, "hash_request", forbidden)
 
 
 @pytest.mark.parametrize("use_cache", [None, False])

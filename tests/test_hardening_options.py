@@ -27,7 +27,7 @@ from programs import conversational, multihop, open_qa
 from programs.cli import build_parser, main
 from programs.cli.options import parse_set
 from programs.cli.run import (
-    FIXED, _bound, _examples, _train, effective_options, resolve_program, results_name, run_entries,
+    FIXED, _bound, _train, run_examples, effective_options, resolve_program, results_name, run_entries,
 )
 from programs.tasks import FAMILIES, TASKS
 
@@ -131,7 +131,7 @@ def _identity(argv: list[str], seed: int = 0) -> dict:
     args = build_parser().parse_args(argv)
     task = TASKS[args.dataset]
     program, options = resolve_program(task, args.program, args.preset, parse_set(args.set))
-    pool, dev, examples = _examples(task, args)
+    pool, dev, examples = run_examples(task, args)
     bound = _bound(task, program, _train(pool, args.shots, seed), options, dev)
     with dsp.settings.context(lm=None, rm=None):
         identity = run_identity(bound, task.metric, fields=task.fields, seed=seed,

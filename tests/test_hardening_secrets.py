@@ -65,7 +65,7 @@ def test_a_compiled_file_holds_no_credential(tmp_path):
         train = [dsp.Example(question=f"what is q{i}?", answer=[f"a{i}"]) for i in range(20)]
         space = Space(demos=DemoSpace(kinds=("raw",), ks=(1,), selects=("random",), seeds=1))
         with dsp.settings.context(lm=lm, rm=rm):
-            compiled = dsp.compile(reader, train, dsp.EM, space=space, candidates=2, val=10, progress=False)
+            compiled = dsp.compile(reader, train, dsp.EM, dsp.CompileConfig(space=space, candidates=2, val=10, progress=False))
             # The results header of a run with these clients: no credential either.
             dsp.evaluate(compiled, train[:2], dsp.EM, out=tmp_path / "run.jsonl", progress=False, display=False)
     assert compiled.meta["lm"] == lm_spec and compiled.meta["rm"] == rm_spec  # in memory, as given

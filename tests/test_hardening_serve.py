@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from dsp.clients.bm25 import BM25
 from serve_helpers import PASSAGES, TinyRM, served
 
 __all__: list[str] = []
@@ -128,13 +129,12 @@ def test_a_content_length_that_is_not_ascii_digits_is_a_400(server, method, leng
 # -- 9: /health --------------------------------------------------------------------------------------------
 
 def test_health_names_the_index_but_shows_no_filesystem_path(tmp_path):
-    bm25 = pytest.importorskip("dsp.clients.bm25", reason="dsp.clients.bm25 is not available")
     corpus = tmp_path / "corpus" / "passages.jsonl"
     corpus.parent.mkdir()
     corpus.write_text("".join(json.dumps(p) + "\n" for p in PASSAGES), encoding="utf-8")
     index_dir = tmp_path / "indexes" / "wiki-bm25"
-    bm25.BM25(corpus).save(index_dir)
-    rm = bm25.BM25.load(index_dir)
+    BM25(corpus).save(index_dir)
+    rm = BM25.load(index_dir)
     assert str(index_dir) in repr(rm)  # the RM's repr does hold the path: /health must not use it
     with served(rm) as server:
         ask(server.server_address[1], "GET", "/?query=rivers&k=1")
@@ -162,9 +162,8 @@ def test_health_of_a_duck_typed_rm():
 def test_health_says_what_each_rm_declares():
     # An RM subclass declares its provider; an in-memory index has a size but no index name; a size the
     # RM does not declare stays None even when the object happens to have a `passages` list.
-    bm25 = pytest.importorskip("dsp.clients.bm25", reason="dsp.clients.bm25 is not available")
     for rm, expected in ((TinyRM(), {"rm": "TinyRM", "provider": "tiny", "index": None, "passages": None}),
-                         (bm25.BM25(PASSAGES), {"rm": "BM25", "provider": "bm25s", "index": None,
+                         (BM25(PASSAGES), {"rm": "BM25", "provider": "bm25s", "index": None,
                                                 "passages": len(PASSAGES)})):
         with served(rm) as server:
             status, health = ask(server.server_address[1], "GET", "/health")

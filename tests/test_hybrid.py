@@ -61,3 +61,27 @@ def test_the_hybrid_spec_fuses_bm25_and_a_dense_index_over_one_file(tmp_path, mo
     rm = dsp.rm_from_spec(f"hybrid:{passages}")
     assert isinstance(rm, dsp.HybridRM) and [type(r).__name__ for r in rm.rms] == ["BM25", "DenseRM"]
     assert rm("capital of France", k=1)[0].id == "b"
+
+
+def test_the_hybrid_spec_reads_its_passages_file_once(tmp_path, monkeypatch):
+    passages = tmp_path / "p.jsonl"
+    rows = [{"id": "a", "title": "Paris", "text": "the capital of France"},
+            {"id": "b", "title": "Rome", "text": "the capital of Italy"}]
+    passages.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from dsp.clients import dense
+    from dsp.datasets import corpus
+
+    monkeypatch.setattr(dense, "E5Vectorizer", dsp.HashingVectorizer)
+    opened: list[str] = []
+    open_lines = corpus._open_lines
+
+    def counting(path):
+        opened.append(str(path))
+        return open_lines(path)
+
+    monkeypatch.setattr(corpus, "_open_lines", counting)
+    rm = dsp.rm_from_spec(f"hybrid:{passages}")
+    assert opened == [str(passages)]  # one read and parse, shared by BM25 and the dense index
+    assert [r.source for r in rm.rms] == [str(passages), str(passages)]  # each still names the file
+    assert rm.rms[0].fingerprint == rm.rms[1].fingerprint == dsp.BM25(passages).fingerprint
+    assert rm("capital of Italy", k=1)[0].id == "b"

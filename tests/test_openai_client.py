@@ -130,6 +130,37 @@ def test_retrier_waits_what_the_server_asks_and_logs_each_retry(caplog):
     assert "HTTP 503" in messages[1] and f"in {waits[1]:.3f} s" in messages[1]
 
 
+@pytest.mark.parametrize("header", ["2", "http-date"])
+def test_a_429_with_retry_after_2_waits_2_seconds(header, monkeypatch):
+    now = 1_700_000_000.0
+    monkeypatch.setattr("dsp.clients.retry.time.time", lambda: now)  # the clock an HTTP date is read against
+    value = "2" if header == "2" else email.utils.formatdate(now + 2, usegmt=True)
+    waits: list[float] = []
+    retrier = Retrier(RetryPolicy(max_retries=2, base_delay=0.01), service="svc", sleep=waits.append)
+    outcomes = iter([Failure.from_status(429, "slow down", {"Retry-After": value}), "done"])
+
+    def attempt():
+        outcome = next(outcomes)
+        if isinstance(outcome, Failure):
+            raise outcome
+        return outcome
+
+    assert retrier.call(attempt) == "done"
+    assert len(waits) == 1 and 2.0 <= waits[0] <= 2.01  # what the server asked, plus at most base_delay of jitter
+
+
+def test_openai_waits_the_retry_after_of_a_429_without_waiting_for_real(fake_key):
+    with FaultServer(fault_rate=0.5, kinds=("429",), retry_after=(2.0, 2.0), seed=1) as server:
+        lm = make_lm(server, fake_key, policy=RetryPolicy(max_retries=10, base_delay=0.01))
+        waits: list[float] = []
+        lm._retrier.sleep = waits.append  # a fake sleep: the test takes no 2 s per retry
+        started = time.monotonic()
+        for i in range(6):
+            assert lm(f"prompt {i}") == [expected_text(f"prompt {i}")]
+    assert len(waits) == server.faults["429"] > 0 and all(2.0 <= w <= 2.01 for w in waits)
+    assert time.monotonic() - started < 2.0
+
+
 def test_retrier_refuses_a_retry_after_beyond_its_limit():
     waits: list[float] = []
     retrier = Retrier(RetryPolicy(max_retries=5, max_retry_after=60), service="svc", sleep=waits.append)

@@ -219,3 +219,48 @@ def test_the_retrieval_programs_arrange_their_context_by_order(module, program):
     with dsp.settings.context(lm=ScriptedLM(respond), rm=ListRM(ranked), cache=False), \
             pytest.raises(ValueError, match="unknown passage order 'middle'"):
         module.PROGRAMS[program]("What is the capital of France?", TRAIN, k=5, order="middle")
+
+
+# -- a family is declared data ---------------------------------------------------------------------------
+
+def test_each_task_refers_to_its_family_object_which_declares_what_the_command_reads():
+    from programs.family import Family
+    from programs.tasks import FAMILIES, TASKS
+
+    assert FAMILIES == {"open_qa": open_qa.FAMILY, "multihop": multihop.FAMILY, "conversational": conversational.FAMILY}
+    for name in ("nq", "nq-open", "squad"):
+        assert TASKS[name].family is open_qa.FAMILY  # the object, never a name loaded later
+    assert TASKS["hotpotqa"].family is multihop.FAMILY and TASKS["qrecc"].family is conversational.FAMILY
+    for module in (open_qa, multihop, conversational):
+        family = module.FAMILY
+        assert isinstance(family, Family) and dict(family.programs) == module.PROGRAMS
+        assert dict(family.presets) == module.PRESETS and dict(family.search) == module.SEARCH
+        assert dict(family.bounds) == module.BOUNDS and dict(family.moot) == module.MOOT
+        assert family.main_program in family.programs and family.min_pool == 20
+        with pytest.raises(TypeError):
+            family.programs["new"] = family.programs[family.main_program]  # declared once, read-only
+    assert open_qa.FAMILY.demo_ks == (3, 5, 8) and multihop.FAMILY.demo_ks == conversational.FAMILY.demo_ks == (2, 4)
+    assert [f.small_preset for f in FAMILIES.values()] == ["small", "small", None]
+    assert [f.standalone for f in FAMILIES.values()] == [True, True, False]
+
+
+def test_the_conversational_familys_wrap_evaluates_turns_with_the_programs_own_answers():
+    turns = [dsp.Example(Conversation_no=1, Turn_no=t, question=f"q{t}") for t in (1, 2)]
+    runner = conversational.FAMILY.wrap(lambda q, h: dsp.Example(answer=f"{q} after {len(h)}"), turns)
+    assert runner(turns[1]).answer == "q2 after 1" and runner.answers[(1, 1)] == "q1 after 0"
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"main_program": "nosuch"}, "family f: main_program 'nosuch' is not one of its programs"),
+    ({"small_preset": "tiny"}, "family f: small_preset 'tiny' is not one of its presets"),
+    ({"search": {"nosuch": {"k": [1]}}}, "family f: search names programs it does not have: nosuch"),
+    ({"demo_ks": ()}, "family f: demo_ks must be positive integers, got ()"),
+    ({"min_pool": 0}, "family f: min_pool must be a positive integer, got 0"),
+])
+def test_a_family_that_contradicts_itself_is_refused_in_one_line(changes, message):
+    from programs.family import Family
+
+    declared = {"programs": {"dsp": open_qa.dsp_program}, "presets": {"paper": {}}, "main_program": "dsp", **changes}
+    with pytest.raises(ValueError) as error:
+        Family("f", **declared)
+    assert str(error.value) == message

@@ -51,7 +51,8 @@ TRAIN = [dsp.Example(question=f"q{i}", answer=f"a{i}") for i in range(600)]
 
 def _choices(better: float, seeds: int = 10) -> list[dsp.Compiled]:
     with dsp.settings.context(lm=_scripted(better), cache=False):
-        return [dsp.compile(reader, TRAIN, dsp.EM, space=SPACE, candidates=12, val=400, seed=seed, progress=False)
+        return [dsp.compile(reader, TRAIN, dsp.EM, dsp.CompileConfig(space=SPACE, candidates=12, val=400, seed=seed,
+                                                                     progress=False))
                 for seed in range(seeds)]
 
 
@@ -128,35 +129,81 @@ def test_race_arguments_are_checked(bad, message):
 
 
 def no_demos(question: str, train=None, level: int = 0) -> dsp.Example:
-    return dsp.Example(question=question, answer="a")
+    return dsp.Example(question=question, answer=dsp.settings.lm(f"Question: {question}\nAnswer:")[0].strip())
+
+
+def no_train(question: str, demos=None, level: int = 0) -> dsp.Example:
+    return no_demos(question)
 
 
 def fragile(question: str, train=None, demos=None, level: int = 0) -> dsp.Example:
-    if level == 1:
-        raise RuntimeError("level 1 is broken")
-    return dsp.Example(question=question, answer=f"a{question[1:]}" if int(question[1:]) % 2 else "wrong")
+    """Level 1 raises on every question; level 2 on every fourth, and is right on the others; level 0 is right
+    on the odd-numbered questions."""
+    number = int(question[1:])
+    if level == 1 or (level == 2 and number % 4 == 0):
+        raise RuntimeError(f"level {level} is broken")
+    return dsp.Example(question=question, answer=f"a{number}" if number % 2 or level == 2 else "wrong")
 
 
-def test_a_search_the_program_cannot_take_is_refused_before_any_call():
-    """Before, every demo candidate of a program without demos= was scored 0 and nothing said why."""
-    with pytest.raises(ValueError, match=r"the program no_demos takes no demos= parameter, but the search tries "
-                                         r"candidates with chosen demonstrations \(raw1-random0"):
-        dsp.compile(no_demos, TRAIN[:60], dsp.EM, space=SPACE, candidates=12, val=20, progress=False)
-    with pytest.raises(ValueError, match=r"takes no depth= parameter, but the search tries depth= values"):
-        dsp.compile(fragile, TRAIN[:60], dsp.EM, space=Space(options={"depth": [1, 2]}), candidates=4, val=20,
-                    progress=False)
+RAW1 = DemoSpace(kinds=("raw",), ks=(1,), selects=("random",), seeds=1)
 
 
-def test_a_candidate_whose_examples_fail_is_reported_failing_not_scored_zero(tmp_path):
-    space = Space(options={"level": [0, 1]}, demos=DemoSpace(kinds=("raw",), ks=(1,), selects=("random",), seeds=1))
-    compiled = dsp.compile(fragile, TRAIN[:60], dsp.EM, space=space, candidates=4, val=20, progress=False)
+@pytest.mark.parametrize("program, config, options, message", [
+    (no_demos, dsp.CompileConfig(space=SPACE, candidates=12, val=20), {},
+     r"^the program no_demos takes no demos= parameter, but the search tries candidates with chosen "
+     r"demonstrations \(raw1-random0"),
+    (no_train, dsp.CompileConfig(space=Space(demos=RAW1), candidates=2, val=20), {},
+     r"^the program no_train takes no train= parameter, but every candidate passes the training pool; give it one$"),
+    (fragile, dsp.CompileConfig(space=Space(options={"depth": [1, 2]}), candidates=4, val=20), {},
+     r"^the program fragile takes no depth= parameter, but the search tries depth= values \(baseline-depth"),
+    (fragile, dsp.CompileConfig(space=Space(demos=RAW1), candidates=2, val=20), {"shout": True},
+     r"^the program fragile takes no shout= parameter, but options= fixes shout; search or fix only options it takes$"),
+])
+def test_a_search_the_program_cannot_take_is_refused_in_one_line_before_any_lm_call(program, config, options, message):
+    """Before the contract was checked, every demo candidate of a program without demos= was scored 0 and
+    nothing said why. Now compile (and its dry run) refuse in one line, and the LM is never asked."""
+    asked: list[str] = []
+    lm = ScriptedLM(lambda prompt, request: asked.append(prompt) or [" a"], model="refused")
+    with dsp.settings.context(lm=lm, cache=False):
+        for run in (dsp.compile, dsp.compiling.plan):
+            with pytest.raises(ValueError, match=message) as refused:
+                run(program, TRAIN[:60], dsp.EM, config, options=options)
+            assert "\n" not in str(refused.value)
+    assert asked == [] and lm.prompts == []
+
+
+@pytest.mark.parametrize("racing", [True, False])
+def test_a_candidate_whose_examples_fail_is_reported_failing_not_scored_zero(racing):
+    """In the race and without it (every candidate on the whole validation part): a candidate whose examples
+    raise leaves the search as failing; its errors are counted, and its score is over the examples that ran
+    (a version that scored the errors 0 gave level 2 75.0 and level 1 0.0)."""
+    space = Space(options={"level": [0, 1, 2]}, demos=RAW1)
+    config = dsp.CompileConfig(space=space, candidates=6, val=20, racing=racing, progress=False)
+    compiled = dsp.compile(fragile, TRAIN[:60], dsp.EM, config)
+    _, heldout = dsp.compiling.split_train(TRAIN[:60], 20, 0)
+    fourth = sum(1 for e in heldout if int(e.question[1:]) % 4 == 0)
+    assert 0 < fourth < 20
     rows = {row["key"]: row for row in compiled.table}
-    assert rows["baseline-level1"]["failed"].startswith("baseline-level1: 20 of 20 examples failed (the first: "
-                                                        "RuntimeError: level 1 is broken)")
-    assert rows["baseline-level1"]["errors"] == 20 and not rows["baseline-level1"]["alive"]
-    assert "dropped" not in rows["baseline-level1"] and compiled.options.get("level") != 1
+    assert len(rows) == 6 and all(("failed" in row) == ("level1" in key or "level2" in key) for key, row in rows.items())
+    broken, flaky = rows["baseline-level1"], rows["baseline-level2"]
+    assert broken["failed"].startswith("baseline-level1: 20 of 20 examples failed (the first: RuntimeError: level 1 "
+                                       "is broken)")
+    assert broken["errors"] == 20 and broken["n"] == 20 and broken["score"] is None and broken["low"] is None
+    assert flaky["failed"].startswith(f"baseline-level2: {fourth} of 20 examples failed")
+    assert flaky["errors"] == fourth and flaky["score"] == 100.0 and flaky["low"] > 50
+    assert flaky["vs_baseline"]["n"] == 20 - fourth  # paired only on the examples that ran
+    assert not broken["alive"] and not flaky["alive"] and "dropped" not in broken and "dropped" not in flaky
+    assert compiled.candidate["key"] == "baseline" and rows["baseline"]["errors"] == 0
     text = report(compiled.table, compiled.meta["race"])
-    assert "failed: baseline-level1: 20 of 20 examples failed" in text
+    assert f"failed: baseline-level2: {fourth} of 20 examples failed" in text
+    line = next(line for line in text.splitlines() if line.startswith("baseline-level1 "))
+    assert line.split()[1:4] == ["20", "-", "20"]  # n, score, errors
+    saved = dsp.Compiled.from_dict(compiled.to_dict())  # the JSON table keeps the errors
+    assert {row["key"]: (row["errors"], row["score"]) for row in saved.table}["baseline-level2"] == (fourth, 100.0)
+
+
+def test_when_every_candidate_fails_the_compile_says_so():
     with pytest.raises(dsp.compiling.CandidateFailed, match="every candidate failed; the first: baseline"):
-        dsp.compile(fragile, TRAIN[:60], dsp.EM, space=Space(options={"level": [1]}), candidates=2, val=20,
-                    options={"level": 1}, progress=False)
+        dsp.compile(fragile, TRAIN[:60], dsp.EM,
+                    dsp.CompileConfig(space=Space(options={"level": [1]}), candidates=2, val=20, progress=False),
+                    options={"level": 1})

@@ -53,6 +53,25 @@ def test_importing_dsp_and_evaluating_on_threads_never_imports_ray():
     assert out.stdout.split() == ["False", "False"]
 
 
+def test_a_worker_sizes_an_embedded_model_spec_to_its_cpus(monkeypatch):
+    from dsp.evaluation import ray as ray_backend
+
+    class Context:
+        def get_assigned_resources(self):
+            return {"CPU": 2.0}
+
+    class FakeRay:  # the one call _fit_threads makes: this task's CPUs
+        def get_runtime_context(self):
+            return Context()
+
+    monkeypatch.setattr(ray_backend, "_ray", FakeRay)
+    fit = ray_backend._fit_threads
+    assert fit("llamacpp") == "llamacpp:,n_threads=2"
+    assert fit("llamacpp:smollm2,n_ctx=2048") == "llamacpp:smollm2,n_ctx=2048,n_threads=2"
+    assert fit("llamacpp:,n_threads=1") == "llamacpp:,n_threads=1"  # the spec's own choice stands
+    assert fit("openai:gpt-4o-mini") == "openai:gpt-4o-mini"
+
+
 def test_clients_travel_as_specs_never_as_objects():
     _need_ray()
     dev = [dsp.Example(question="q", answer="a")]
@@ -67,7 +86,7 @@ def test_clients_travel_as_specs_never_as_objects():
     with pytest.raises(TypeError, match="cannot be sent to Ray workers"):
         held = threading.Lock()
         dsp.evaluate(lambda q: held and q, dev, runner=Ray(), display=False, progress=False)
-    with pytest.raises(ValueError, match="global_concurrency must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="global_concurrency must be a positive integer or None, got 0"):
         Ray(global_concurrency=0)
 
 

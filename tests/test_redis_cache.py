@@ -14,7 +14,7 @@ from serve_helpers import closed_port
 
 import dsp
 from dsp import cache
-from dsp.cache_redis import KEY_PREFIX, RedisStore
+from dsp.cache.redis import KEY_PREFIX, RedisStore
 
 
 def _raw(url: str, key: str) -> bytes | None:
@@ -82,7 +82,7 @@ def test_bad_or_unreachable_urls_are_named_without_their_password(redis_url):
 def test_a_password_comes_from_the_environment_not_the_url(redis_url, redis_server, monkeypatch):
     import redis
 
-    from dsp.cache_redis import strip_password
+    from dsp.cache.redis import strip_password
 
     host, port = redis_server
     with redis.Redis(host=host, port=port) as admin:

@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 
 import pytest
 
+from dsp.clients.bm25 import BM25
 from dsp.serve import MAX_K, load_index, make_server
 from serve_helpers import PASSAGES, TinyRM, served
 
@@ -218,14 +219,9 @@ def test_a_missing_index_is_named(capsys, tmp_path):
         load_index(tmp_path, backend="colbert")
 
 
-# -- with the project's BM25 and the wiki17 sample (when both are there) ----------------------------------
-
-def _bm25():
-    return pytest.importorskip("dsp.clients.bm25", reason="dsp.clients.bm25 is not available").BM25
-
+# -- with the project's BM25 and the wiki17 sample (skipped only when DSP_DATA_DIR is unset) -----------------
 
 def test_bm25_over_wiki17_served_like_direct_calls(data_dir):
-    BM25 = _bm25()
     rm = BM25(data_dir / "hotpotqa" / "wiki17_abstracts_sample.jsonl.gz")
     queries = ["Who was born first, Tony Kaye or Deepa Mehta?", "Gordon Warnecke My Beautiful Laundrette"]
     with served(rm) as server:
@@ -240,8 +236,6 @@ def test_bm25_over_wiki17_served_like_direct_calls(data_dir):
 @pytest.mark.parametrize("backend", [["--backend", "bm25"], ["--backend", "dense", "--vectorizer", "hashing"]],
                          ids=["bm25", "dense"])
 def test_command_line_serves_a_passages_file(data_dir, tmp_path, backend):
-    module = "dsp.clients.bm25" if backend[1] == "bm25" else "dsp.clients.dense"
-    pytest.importorskip(module, reason=f"{module} is not available")
     passages = data_dir / "hotpotqa" / "wiki17_abstracts_sample.jsonl.gz"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DSP_CACHE": "0"}
     process = subprocess.Popen(

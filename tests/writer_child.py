@@ -43,8 +43,8 @@ def main() -> int:
             train = [dsp.Example(question=f"q{i}", answer=f"a{i}") for i in range(30)]
 
             DELAY[0] = delay
-            dsp.compile(compiled_program, train, dsp.EM, space=dsp.Space(options={"k": [1, 2]}), candidates=2, val=10,
-                        out=out, progress=False)
+            config = dsp.CompileConfig(space=dsp.Space(options={"k": [1, 2]}), candidates=2, val=10, progress=False)
+            dsp.compile(compiled_program, train, dsp.EM, config, out=out)
     except dsp.FileInUse as error:
         print(f"FileInUse: {error}", flush=True)
         return 3

@@ -58,14 +58,14 @@ CUT = ("trace", "context", "traceback", "raw")
 def _loaded(dataset: str, n: int | None) -> tuple[Any, list, list, dict[str, Any], str]:
     """(task, pool, examples, identity entries, file stem) as `dsp run --split <the column's split>` loads them."""
     from programs.cli import build_parser
-    from programs.cli.run import _examples, _split_stem
+    from programs.cli.run import run_examples, split_stem
     from programs.tasks import TASKS
 
     task = TASKS[dataset]
     split = split_of(dataset)
     argv = ["run", "vanilla", "--dataset", dataset, "--split", split] + (["--n", str(n)] if n else [])
-    pool, examples, entries = _examples(task, build_parser().parse_args(argv))
-    return task, pool, examples, entries, _split_stem(task, split)
+    pool, examples, entries = run_examples(task, build_parser().parse_args(argv))
+    return task, pool, examples, entries, split_stem(task, split)
 
 
 def column_identity(task: Any, entries: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,8 +13,11 @@ prob = softmax of the returned scores). Results are deterministic: equal scores 
 An index is saved as JSON + .npy files (bm25s's own arrays, written without pickle) plus the
 passages, and loaded memory-mapped:
 
->>> rm.save("index/wiki-bm25")                     # doctest: +SKIP
->>> rm = BM25.load("index/wiki-bm25", mmap=True)   # doctest: +SKIP
+>>> import tempfile
+>>> with tempfile.TemporaryDirectory() as tmp:
+...     loaded = BM25.load(rm.save(Path(tmp) / "wiki-bm25"), mmap=True)
+...     [p.id for p in loaded("capital of Italy", k=2, cache=False)]
+['b', 'a']
 
 The disk-cache identity is the corpus's content fingerprint plus the parameters (never the path),
 computed once at build time and stored in the index, so a moved or reloaded index hits the cache.
@@ -32,8 +35,9 @@ import numpy as np
 from ..datasets.corpus import (
     CorpusError, MappedPassages, corpus_fingerprint, normalize_passages, read_passages, write_passages,
 )
+from ..utils import is_number
 from .index_meta import begin_index_write, read_index_meta, write_index_meta
-from .rm import RM, Passage, check_queries, index_name
+from .rm import RM, Passage, check_queries, index_name, source_name
 
 __all__ = ["BM25", "top_k_indices"]
 
@@ -78,25 +82,33 @@ class BM25(RM):
     a list of words, or None; `k1`, `b`, `method` ("lucene", "robertson", "atire", "bm25l", "bm25+")
     are bm25s's scoring parameters. The indexed text of a passage is its title and text.
     The ranking is total: a k beyond the corpus returns every passage, and passages sharing no word
-    with the query fill the tail with score 0 (in corpus order).
+    with the query fill the tail with score 0 (in corpus order). `source` names in-memory passages read
+    from a file (e.g. shared by several indexes), for messages and `describe()`.
 
-    >>> rm = BM25("wiki2018/passages.jsonl.gz")        # doctest: +SKIP
-    >>> rm("who got the first nobel prize in physics", k=5)[0].title   # doctest: +SKIP
-    'List of Nobel laureates in Physics'
+    >>> rm = BM25([{"title": "Nobel Prize in Physics", "text": "First awarded in 1901 to Wilhelm Roentgen."},
+    ...            {"title": "Hamlet", "text": "A tragedy by William Shakespeare."}])
+    >>> rm("who got the first nobel prize in physics", k=5, cache=False)[0].title
+    'Nobel Prize in Physics'
+    >>> [p.score for p in rm("the first prize", k=5, cache=False)][1]   # no shared word: score 0, in the tail
+    0.0
+
+    On the shared data, ``BM25(data_path("wiki2018/passages.jsonl.gz"))`` answers the same question
+    with ``'List of Nobel laureates in Physics'`` first.
     """
 
     provider = "bm25s"
 
     def __init__(self, passages: str | os.PathLike | Sequence[Any], *, stemmer: str | None = "english",
                  stopwords: str | Sequence[str] | None = "en", k1: float = 1.5, b: float = 0.75,
-                 method: str = "lucene", duplicates: str = "error", show_progress: bool = False) -> None:
+                 method: str = "lucene", duplicates: str = "error", show_progress: bool = False,
+                 source: str | None = None) -> None:
         super().__init__()
         self._set_params(stemmer=stemmer, stopwords=stopwords, k1=k1, b=b, method=method)
-        self.source = str(passages) if isinstance(passages, (str, os.PathLike)) else "passages"
+        self.source = source_name(passages, source)
         if isinstance(passages, (str, os.PathLike)):
             corpus = read_passages(passages, duplicates=duplicates)
         else:
-            corpus = normalize_passages(passages, duplicates=duplicates)
+            corpus = normalize_passages(passages, source=self.source, duplicates=duplicates)
         if not corpus:
             raise CorpusError(f"{self.source}: the corpus has no passages")
         self.passages: Sequence[dict[str, Any]] = corpus
@@ -110,7 +122,7 @@ class BM25(RM):
         if method not in _METHODS:
             raise ValueError(f"unknown BM25 method {method!r}; choose one of {', '.join(_METHODS)}")
         for name, value in (("k1", k1), ("b", b)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+            if not is_number(value) or not np.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be a non-negative number, got {value!r}")
         if not 0 <= b <= 1:
             raise ValueError(f"b must be between 0 and 1, got {b!r}")
@@ -202,7 +214,10 @@ class BM25(RM):
 
         Meant for evaluation (recall over thousands of questions): same results as `rm(query, k)`.
 
-        >>> hits = rm.search_batch(["who wrote hamlet", "capital of peru"], k=20)   # doctest: +SKIP
+        >>> rm = BM25([{"id": "h", "text": "Hamlet was written by Shakespeare."},
+        ...            {"id": "l", "text": "Lima is the capital of Peru."}])
+        >>> [[p.id for p in hits] for hits in rm.search_batch(["who wrote hamlet", "capital of peru"], k=1)]
+        [['h'], ['l']]
         """
         queries = check_queries(queries, k)
         if not queries:
@@ -218,7 +233,11 @@ class BM25(RM):
         """Write the index to `index_dir`: bm25s arrays (.npy, no pickle) and vocab (JSON), the passages
         (JSONL + offsets), and meta.json (written last: a directory without it is not an index).
 
-        >>> rm.save("index/wiki-bm25")     # doctest: +SKIP
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     index_dir = BM25([{"text": "Lima is the capital of Peru."}]).save(Path(tmp) / "wiki-bm25")
+        ...     sorted(p.name for p in index_dir.iterdir())
+        ['bm25s', 'meta.json', 'passages.jsonl', 'passages.jsonl.offsets.npy']
         """
         index_dir = begin_index_write(index_dir)
         self._retriever.save(str(index_dir / "bm25s"), corpus=None, allow_pickle=False, show_progress=False)
@@ -236,7 +255,11 @@ class BM25(RM):
     def load(cls, index_dir: str | os.PathLike, mmap: bool = True) -> "BM25":
         """Load an index written by `save`; with `mmap=True` the score arrays and passages stay on disk.
 
-        >>> rm = BM25.load("index/wiki-bm25")     # doctest: +SKIP
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     rm = BM25.load(BM25([{"id": "l", "text": "Lima is the capital of Peru."}]).save(Path(tmp) / "idx"))
+        ...     len(rm), rm("capital of peru", k=1, cache=False)[0].id
+        (1, 'l')
         """
         bm25s = _require_bm25s()
         index_dir = Path(index_dir)

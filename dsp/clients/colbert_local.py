@@ -6,12 +6,12 @@ multiprocessing start method to "spawn". Its first search in a fresh environment
 C++ extensions (about a minute each time torch's extension cache is empty; a C++ compiler is needed).
 
 Build an index from a passages file (``{id, title, text}`` JSONL, optionally gzipped) or a list, then
-search it. Passages are indexed as ``"Title | text"``, as in ColBERTv2's Wikipedia collections:
+search it. Passages are indexed as ``"Title | text"``, as in ColBERTv2's Wikipedia collections (the
+[colbert] extra and a checkpoint, so shown as code, not run as a doctest)::
 
->>> ColBERTLocal.build_index("passages.jsonl.gz", "index/wiki-colbert", "models/colbertv2.0")  # doctest: +SKIP
->>> rm = ColBERTLocal("index/wiki-colbert", "models/colbertv2.0")                             # doctest: +SKIP
->>> rm("Who wrote Hamlet?", k=3)[0].long_text                                                  # doctest: +SKIP
-'Hamlet | The Tragedy of Hamlet, Prince of Denmark, ...'
+    ColBERTLocal.build_index("passages.jsonl.gz", "index/wiki-colbert", "models/colbertv2.0")
+    rm = ColBERTLocal("index/wiki-colbert", "models/colbertv2.0")
+    rm("Who wrote Hamlet?", k=3)[0].long_text       # 'Hamlet | The Tragedy of Hamlet, Prince of Denmark, ...'
 
 An index directory holds ``colbert/`` (colbert-ai's own files, written and read by colbert-ai), the
 passages (``passages.jsonl`` + offsets) and ``meta.json`` (written last: without it a directory is
@@ -37,6 +37,7 @@ from typing import Any, Iterator, Sequence
 from ..datasets.corpus import (
     CorpusError, MappedPassages, corpus_fingerprint, normalize_passages, read_passages, write_passages,
 )
+from ..utils import check_positive_int, is_number
 from .index_meta import META_NAME, begin_index_write, read_index_meta, write_index_meta
 from .rm import RM, index_name
 
@@ -188,9 +189,10 @@ class ColBERTLocal(RM):
     Passages carry `id` (the passage's id from the file, or its line number), `title`, `text`, `score`
     (ColBERT's MaxSim score), and from the base class `long_text` ("Title | text"), `rank`, `prob`.
 
-    >>> rm = ColBERTLocal("index/wiki-colbert", "models/colbertv2.0")    # doctest: +SKIP
-    >>> [p.id for p in rm("Hamlet author", k=2)]                          # doctest: +SKIP
-    ['wiki17-1178', 'wiki17-90544']
+    For example (the [colbert] extra and a built index, so not run as a doctest)::
+
+        rm = ColBERTLocal("index/wiki-colbert", "models/colbertv2.0")
+        [p.id for p in rm("Hamlet author", k=2)]                          # ['wiki17-1178', 'wiki17-90544']
     """
 
     provider = "colbert-local"
@@ -204,10 +206,8 @@ class ColBERTLocal(RM):
             raise FileNotFoundError(f"ColBERT index directory not found: {self.index_dir}")
         self.checkpoint = _resolve_checkpoint(checkpoint)
         for name, value in (("ncells", ncells), ("ndocs", ndocs)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
-        if centroid_score_threshold is not None and (isinstance(centroid_score_threshold, bool)
-                                                     or not isinstance(centroid_score_threshold, (int, float))):
+            check_positive_int(value, name, optional=True)
+        if centroid_score_threshold is not None and not is_number(centroid_score_threshold):
             raise ValueError(f"centroid_score_threshold must be a number or None, got {centroid_score_threshold!r}")
         self.search_settings = {"ncells": ncells, "centroid_score_threshold": centroid_score_threshold,
                                 "ndocs": ndocs}
@@ -309,8 +309,9 @@ class ColBERTLocal(RM):
         `doc_maxlen` (tokens kept per passage), `kmeans_niters` and any other `colbert_config` go to
         colbert-ai's `ColBERTConfig`. An existing index is replaced only with `overwrite=True`.
 
-        >>> ColBERTLocal.build_index("passages.jsonl.gz", "index/wiki-colbert", "models/colbertv2.0")  # doctest: +SKIP
-        PosixPath('index/wiki-colbert')
+        For example (the [colbert] extra and a checkpoint, so not run as a doctest),
+        ``ColBERTLocal.build_index("passages.jsonl.gz", "index/wiki-colbert", "models/colbertv2.0")`` is
+        ``PosixPath('index/wiki-colbert')``.
         """
         colbert = _colbert()
         checkpoint = _resolve_checkpoint(checkpoint)

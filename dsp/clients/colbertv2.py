@@ -12,11 +12,16 @@ answers raise `RequestRejected` at once and a body that is not the expected JSON
 `ColBERTv2Error`, both naming the URL. Results go through the dsp disk cache, whose identity is the
 provider and the normalised URL, with any credential in the URL (user:password@, ?api_key=...) left out.
 
->>> rm = ColBERTv2("http://127.0.0.1:8893/api/search")               # doctest: +SKIP
->>> [p.pid for p in rm("Who wrote Hamlet?", k=3)]                     # doctest: +SKIP
-[4021, 77, 310]
->>> rm("Who wrote Hamlet?", k=1, simplify=True)                        # doctest: +SKIP
-['Hamlet | The Tragedy of Hamlet, Prince of Denmark, ...']
+>>> rm = ColBERTv2("http://user:pw@127.0.0.1:8893/api/search?api_key=secret")
+>>> rm
+ColBERTv2('http://***@127.0.0.1:8893/api/search?api_key=***')
+>>> rm.cache_identity()
+{'provider': 'colbertv2', 'url': 'http://127.0.0.1:8893/api/search'}
+
+A search asks the server (`dsp.serve` runs one over loopback in its example), so it is shown, not run::
+
+    [p.pid for p in rm("Who wrote Hamlet?", k=3)]                  # [4021, 77, 310]
+    rm("Who wrote Hamlet?", k=1, simplify=True)                     # ['Hamlet | The Tragedy of Hamlet, ...']
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from ..cache import SECRET_FIELDS
+from ..utils import check_positive_int, is_number
 from .retry import Failure, Retrier, RetryPolicy, ServiceError, redact, redact_urls
 from .rm import RM, Passage
 
@@ -119,9 +125,10 @@ class ColBERTv2(RM):
     is tried again. Passages carry `text`, `long_text` (the same ``"Title | text"``), `pid`, `rank`,
     `score` and `prob` as the server sent them. `rm(query, k=10, simplify=True)` returns the texts only.
 
-    >>> rm = ColBERTv2("http://127.0.0.1:8893/api/search", post_requests=True)   # doctest: +SKIP
-    >>> rm("Hamlet author", k=2)[0].long_text                                      # doctest: +SKIP
-    'Hamlet | The Tragedy of Hamlet, Prince of Denmark, often shortened to Hamlet, ...'
+    For example (it asks a server, so it is not run as a doctest)::
+
+        rm = ColBERTv2("http://127.0.0.1:8893/api/search", post_requests=True)
+        rm("Hamlet author", k=2)[0].long_text    # 'Hamlet | The Tragedy of Hamlet, Prince of Denmark, ...'
     """
 
     provider = "colbertv2"
@@ -133,10 +140,9 @@ class ColBERTv2(RM):
         self.normalized_url, secrets = _split_secrets(url)
         # Requests get the URL as given: its userinfo, if any, is HTTP basic auth for the server.
         self.url = url.strip()
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        if not is_number(timeout) or not timeout > 0:
             raise ValueError(f"ColBERTv2 timeout must be a positive number of seconds, got {timeout!r}")
-        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
-            raise ValueError(f"ColBERTv2 pool_size must be a positive integer, got {pool_size!r}")
+        check_positive_int(pool_size, "ColBERTv2 pool_size")
         policy = retry_policy or RetryPolicy()
         if not isinstance(policy, RetryPolicy):
             raise TypeError(f"retry_policy must be a dsp RetryPolicy, got {type(policy).__name__}")
@@ -254,7 +260,7 @@ class ColBERTv2(RM):
                                       status)
             for field in ("score", "prob"):
                 value = item.get(field)
-                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                if value is not None and not is_number(value):
                     raise self._malformed(f"topk[{i}].{field} that is not a number: {value!r:.80}", status)
             results.append({**item, "long_text": item["text"]})  # the server's text already reads "Title | text"
         return results

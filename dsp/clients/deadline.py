@@ -8,9 +8,11 @@ errors (which the openai package reports as `APITimeoutError`): a client's `time
 httpx's synchronous client does its I/O in the calling thread, so the deadline is a context variable:
 each thread's attempt keeps its own.
 
->>> client = httpx2.Client(transport=DeadlineTransport())            # doctest: +SKIP
->>> with deadline(2.0):                                             # doctest: +SKIP
-...     client.get("http://127.0.0.1:8080/v1/models")                 # at most 2 s, whatever the server does
+For example (it asks a server, so it is not run as a doctest)::
+
+    client = httpx2.Client(transport=DeadlineTransport())
+    with deadline(2.0):
+        client.get("http://127.0.0.1:8080/v1/models")                 # at most 2 s, whatever the server does
 """
 
 from __future__ import annotations
@@ -115,8 +117,9 @@ def environment_proxy(url: str) -> str | None:
     """The proxy the environment sets for `url` (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY; NO_PROXY honoured).
     httpx reads these only for a transport it makes itself, so a `DeadlineTransport` is given it explicitly.
 
-    >>> environment_proxy("https://api.openai.com/v1")              # doctest: +SKIP
-    'http://proxy.example.org:3128'
+    For example, with HTTPS_PROXY=http://proxy.example.org:3128 and no NO_PROXY (it reads the
+    environment, so it is not run as a doctest), ``environment_proxy("https://api.openai.com/v1")`` is
+    ``'http://proxy.example.org:3128'``.
     """
     parts = urlsplit(url)
     if urllib.request.proxy_bypass(parts.hostname or ""):

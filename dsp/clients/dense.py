@@ -12,8 +12,11 @@ with nlist ≈ 4·sqrt(N) centroids trained on a fixed-seed sample and `nprobe` 
 
 An index is saved as faiss's own file + the passages (JSONL) + meta.json describing the vectorizer:
 
->>> rm.save("index/wiki-e5")                       # doctest: +SKIP
->>> rm = DenseRM.load("index/wiki-e5")             # doctest: +SKIP
+>>> import tempfile
+>>> with tempfile.TemporaryDirectory() as tmp:
+...     loaded = DenseRM.load(rm.save(Path(tmp) / "wiki-hashing"))
+...     loaded.vectorizer, loaded("Rome Italy", k=1, cache=False)[0].text
+(HashingVectorizer(dim=256), 'Rome is in Italy.')
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ from ..datasets.corpus import (
     CorpusError, MappedPassages, corpus_fingerprint, normalize_passages, read_passages, write_passages,
 )
 from ..settings import settings
+from ..utils import check_positive_int, is_int
 from .index_meta import begin_index_write, read_index_meta, write_index_meta
-from .rm import RM, Passage, check_queries, index_name
+from .rm import RM, Passage, check_queries, index_name, source_name
 from .vectorizers import E5Vectorizer, Vectorizer, vectorizer_from_description
 
 __all__ = ["DenseRM", "FLAT_LIMIT", "default_nlist", "default_nprobe"]
@@ -79,28 +83,34 @@ class DenseRM(RM):
 
     `index`: "auto" (flat below `FLAT_LIMIT` passages, IVF from there), "flat" or "ivf"; `nlist`
     (IVF lists, default `default_nlist(N)`), `nprobe` (lists searched, default `default_nprobe(nlist)`),
-    `seed` (the IVF training sample). Returns passages with id, title, text and score (cosine).
+    `seed` (the IVF training sample); `source` names in-memory passages read from a file. Returns passages
+    with id, title, text and score (cosine).
 
-    >>> rm = DenseRM("wiki2018/passages.jsonl.gz", E5Vectorizer())       # doctest: +SKIP
+    >>> from dsp.clients.vectorizers import HashingVectorizer
+    >>> DenseRM(["Paris is in France.", "Rome is in Italy.", "Lima is in Peru."], HashingVectorizer(dim=256))
+    DenseRM('passages', n=3, index='flat', vectorizer=HashingVectorizer(dim=256))
+
+    Over a corpus file with E5 (the [local] extra; a model, so not run as a doctest)::
+
+        rm = DenseRM("wiki2018/passages.jsonl.gz", E5Vectorizer())
     """
 
     provider = "faiss"
 
     def __init__(self, passages: str | os.PathLike | Sequence[Any], vectorizer: Vectorizer | None = None,
                  index: str = "auto", nlist: int | None = None, nprobe: int | None = None, *,
-                 seed: int = 0, duplicates: str = "error") -> None:
+                 seed: int = 0, duplicates: str = "error", source: str | None = None) -> None:
         super().__init__()
         self.vectorizer = self._check_vectorizer(vectorizer)
         if index not in ("auto", "flat", "ivf"):
             raise ValueError(f"index must be 'auto', 'flat' or 'ivf', got {index!r}")
         for name, value in (("nlist", nlist), ("nprobe", nprobe)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self.source = str(passages) if isinstance(passages, (str, os.PathLike)) else "passages"
+            check_positive_int(value, name, optional=True)
+        self.source = source_name(passages, source)
         if isinstance(passages, (str, os.PathLike)):
             corpus = read_passages(passages, duplicates=duplicates)
         else:
-            corpus = normalize_passages(passages, duplicates=duplicates)
+            corpus = normalize_passages(passages, source=self.source, duplicates=duplicates)
         if not corpus:
             raise CorpusError(f"{self.source}: the corpus has no passages")
         self.passages: Sequence[dict[str, Any]] = corpus
@@ -156,7 +166,7 @@ class DenseRM(RM):
     def nprobe(self, value: int) -> None:
         if self.index_kind != "ivf":
             raise ValueError("nprobe applies to an IVF index only")
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= self.nlist:
+        if not is_int(value) or not 1 <= value <= self.nlist:
             raise ValueError(f"nprobe must be an integer from 1 to nlist={self.nlist}, got {value!r}")
         self._nprobe = value
         self._index.nprobe = value
@@ -197,7 +207,10 @@ class DenseRM(RM):
     def search_batch(self, queries: Sequence[str], k: int = 10) -> list[list[Passage]]:
         """The top-`k` passages for each query, embedded and searched together; no disk cache, no history.
 
-        >>> hits = rm.search_batch(["who wrote hamlet", "capital of peru"], k=20)   # doctest: +SKIP
+        >>> from dsp.clients.vectorizers import HashingVectorizer
+        >>> rm = DenseRM(["Paris is in France.", "Rome is in Italy."], HashingVectorizer(dim=256))
+        >>> [[p.text for p in hits] for hits in rm.search_batch(["Rome Italy", "Paris France"], k=1)]
+        [['Rome is in Italy.'], ['Paris is in France.']]
         """
         queries = check_queries(queries, k)
         if not queries:
@@ -211,7 +224,12 @@ class DenseRM(RM):
     def save(self, index_dir: str | os.PathLike) -> Path:
         """Write index.faiss (faiss.write_index), passages.jsonl (+ offsets) and meta.json (last).
 
-        >>> rm.save("index/wiki-e5")     # doctest: +SKIP
+        >>> import tempfile
+        >>> from dsp.clients.vectorizers import HashingVectorizer
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     index_dir = DenseRM(["Lima is in Peru."], HashingVectorizer(dim=64)).save(Path(tmp) / "idx")
+        ...     sorted(p.name for p in index_dir.iterdir())
+        ['index.faiss', 'meta.json', 'passages.jsonl', 'passages.jsonl.offsets.npy']
         """
         faiss = _faiss()
         index_dir = begin_index_write(index_dir)
@@ -231,7 +249,12 @@ class DenseRM(RM):
         """Load an index written by `save`. Without `vectorizer`, the saved description rebuilds it
         (an OpenAI key then comes from $OPENAI_API_KEY); a given one must describe the same model.
 
-        >>> rm = DenseRM.load("index/wiki-e5", mmap=True)     # doctest: +SKIP
+        >>> import tempfile
+        >>> from dsp.clients.vectorizers import HashingVectorizer
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     rm = DenseRM.load(DenseRM(["Lima is in Peru."], HashingVectorizer(dim=64)).save(Path(tmp) / "idx"))
+        ...     len(rm), rm.vectorizer
+        (1, HashingVectorizer(dim=64))
         """
         faiss = _faiss()
         index_dir = Path(index_dir)

@@ -5,8 +5,19 @@ passage's probability (each RM's softmax over its own scores, so lexical and den
 scales add up fairly), or reciprocal-rank fusion. Each RM's own search goes through its cache; the
 fused answer is cached too.
 
->>> rm = HybridRM([dsp.BM25("passages.jsonl.gz"), dsp.DenseRM("passages.jsonl.gz")])   # doctest: +SKIP
->>> rm("who wrote hamlet", k=5)                                                         # doctest: +SKIP
+>>> from dsp.clients.bm25 import BM25
+>>> from dsp.clients.dense import DenseRM
+>>> from dsp.clients.vectorizers import HashingVectorizer
+>>> passages = [{"id": "h", "title": "Hamlet", "text": "A tragedy by William Shakespeare."},
+...             {"id": "p", "title": "Paris", "text": "The capital of France."}]
+>>> rm = HybridRM([BM25(passages), DenseRM(passages, HashingVectorizer(dim=256))])
+>>> [(p.id, round(p.prob, 3)) for p in rm("who wrote hamlet", k=2, cache=False)]
+[('h', 0.561), ('p', 0.439)]
+
+Over a passages file with E5, or with a remote RM (a model and a server, so shown, not run)::
+
+    rm = HybridRM.from_passages("passages.jsonl.gz")    # BM25 + E5 dense, the file read once
+    rm = HybridRM([dsp.BM25("passages.jsonl.gz"), dsp.ColBERTv2(url)])
 
 Spec: ``hybrid:passages.jsonl.gz`` (BM25 and an E5 dense index over the same passages), option
 ``fuse=rrf``.
@@ -14,6 +25,7 @@ Spec: ``hybrid:passages.jsonl.gz`` (BM25 and an E5 dense index over the same pas
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 from .fusion import FUSIONS, fuse
@@ -37,6 +49,17 @@ class HybridRM(RM):
         if depth is not None:
             check_count(depth, "depth")
         self.rms, self.fuse, self.depth = rms, fuse, depth
+
+    @classmethod
+    def from_passages(cls, path: str | os.PathLike, fuse: str = "combsum") -> "HybridRM":
+        """BM25 and a dense index (the default vectorizer) over the passages file `path`, which is read
+        and parsed once for both (the ``hybrid:`` spec)."""
+        from ..datasets.corpus import read_passages
+        from .bm25 import BM25
+        from .dense import DenseRM
+
+        passages = read_passages(path)
+        return cls([BM25(passages, source=str(path)), DenseRM(passages, source=str(path))], fuse=fuse)
 
     def cache_identity(self) -> dict[str, Any]:
         return {"provider": self.provider, "rms": [rm.cache_identity() for rm in self.rms], "fuse": self.fuse,

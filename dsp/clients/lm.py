@@ -30,6 +30,7 @@ A concrete client says who it is (`cache_identity`), which parameters a request 
 from __future__ import annotations
 
 import copy
+import sys
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -39,6 +40,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .. import cache as _cache
 from ..settings import settings
+from ..utils import check_positive_int
 
 __all__ = ["LM", "Usage", "ContextLengthExceeded", "CountsTokens", "ScoresOptions", "SamplesInBatch", "HISTORY_SIZE",
            "check_text"]
@@ -227,6 +229,9 @@ class LM:
     spec: str | None = None  # the text spec that rebuilds this client (set by dsp.lm_from_spec)
     # USD per 1M (prompt, completion) tokens, when known; used for Usage.cost.
     prices: tuple[float, float] | None = None
+    # A small model (hundreds of millions of parameters): programs pick the settings that suit it (no
+    # rationale, one passage, few samples) from this declaration, never from the provider's name.
+    small: bool = False
 
     def __init__(self, model: str, **params: Any) -> None:
         if not isinstance(model, str) or not model:
@@ -274,8 +279,7 @@ class LM:
             raise ValueError("the prompt is empty")
         request = self.build_request(prompt, **params)
         n = request.get("n", 1)
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"n must be a positive integer, got {n!r}")
+        check_positive_int(n, "n")
         if n > 1 and not self.native_n:
             response, cached = self._draw_each(request, n, cache)
         else:
@@ -380,11 +384,12 @@ class LM:
 
     # -- inspection -------------------------------------------------------------------------------
 
-    def inspect_history(self, n: int = 1, printed: bool = True) -> str | None:
-        """Show the last `n` prompts, each followed by its completions (the first in green).
+    def inspect_history(self, n: int = 1, printed: bool = True, color: bool | None = None) -> str | None:
+        """Show the last `n` prompts, each followed by its completions (the first in green on a terminal).
 
         Prints the text and returns None (so a notebook shows it once), or with ``printed=False`` returns
-        it without printing.
+        it without printing. `color` marks the first completion with ANSI green; by default only when it is
+        printed to a terminal (a file or a pipe gets plain text; so does the returned text).
 
         >>> class Echo(LM):
         ...     def _request(self, request):
@@ -392,14 +397,19 @@ class LM:
         >>> lm = Echo("echo")
         >>> _ = lm("Q: hi\\nA:", cache=False)
         >>> lm.inspect_history(printed=False)
+        'Q: hi\\nA: ok'
+        >>> lm.inspect_history(printed=False, color=True)
         'Q: hi\\nA:\\x1b[32m ok\\x1b[0m'
         """
+        if color is None:
+            color = printed and sys.stdout is not None and sys.stdout.isatty()
+        green, reset = ("\x1b[32m", "\x1b[0m") if color else ("", "")
         blocks = []
         for entry in list(self.history)[-n:]:
             shown = entry["completions"]
             first = shown[0] if shown else ""
             rest = f"\n\n\t(and {len(shown) - 1} other completions)" if len(shown) > 1 else ""
-            blocks.append(f"{entry['prompt']}\x1b[32m{first}\x1b[0m{rest}")
+            blocks.append(f"{entry['prompt']}{green}{first}{reset}{rest}")
         text = "\n\n\n".join(blocks)
         if not printed:
             return text

@@ -19,10 +19,16 @@ client holds (and httpx logs with every request) has no userinfo, and messages s
 own timeouts bound each wait for a chunk, so a server sending a byte a second would never time out; the
 client's connections wait on sockets only until the attempt's deadline (`dsp.clients.deadline`).
 
->>> lm = OpenAI("gpt-4o-mini", api_key="sk-...")                                     # doctest: +SKIP
->>> lm("Question: Who wrote Hamlet?\\nAnswer:", max_tokens=10)                       # doctest: +SKIP
-['William Shakespeare']
->>> local = OpenAI("gemma", base_url="http://127.0.0.1:8000/v1", model_type="text")  # doctest: +SKIP
+Making a client asks no server:
+
+>>> local = OpenAI("gemma", base_url="http://127.0.0.1:8000/v1", model_type="text")
+>>> local
+OpenAI(model='gemma', model_type='text', base_url='http://127.0.0.1:8000/v1')
+
+A request does, so it is shown, not run::
+
+    lm = OpenAI("gpt-4o-mini", api_key="sk-...")
+    lm("Question: Who wrote Hamlet?\\nAnswer:", max_tokens=10)                       # ['William Shakespeare']
 """
 
 from __future__ import annotations
@@ -38,18 +44,20 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 import httpx2
 import openai as _openai
 
+from ..utils import is_int, is_number
 from .deadline import DeadlineTransport, deadline, environment_proxy
 from .lm import LM
 from .retry import SECRET_PARAMS, Failure, Retrier, RetryPolicy, redact_urls
 from .v1 import V1_COMPLETION_DEFAULTS, shape_v1_completion
 
-__all__ = ["OpenAI", "GPT3", "DEFAULT_BASE_URL", "LOCAL_PLACEHOLDER_KEY", "normalize_base_url", "list_models"]
+__all__ = ["OpenAI", "GPT3", "DEFAULT_BASE_URL", "LOCAL_PLACEHOLDER_KEY", "MODEL_TYPES", "normalize_base_url",
+           "list_models"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Sent to a loopback/private server when no key is configured: such servers usually ignore the header,
 # and the openai client refuses to start without some key.
 LOCAL_PLACEHOLDER_KEY = "sk-no-key-required"
-MODEL_TYPES = ("chat", "text")
+MODEL_TYPES = ("chat", "text")  # model_type: the chat or the completions endpoint (specs read it here)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)  # the openai package's own
 
@@ -161,8 +169,8 @@ def list_models(base_url: str, api_key: str | None = None, timeout: float = 10.0
     """The model ids an OpenAI-compatible server lists (GET /models), asked as `OpenAI` asks: credentials in
     the URL go as Basic auth, never in the request's URL or a message; the key as `OpenAI` finds it.
 
-    >>> list_models("http://user:pw@127.0.0.1:8080/v1")                          # doctest: +SKIP
-    ['gemma-3-270m-it']
+    For example (it asks a server, so it is not run as a doctest),
+    ``list_models("http://user:pw@127.0.0.1:8080/v1")`` is ``['gemma-3-270m-it']``.
     """
     normalized = normalize_base_url(base_url)
     client, hidden = _client_for(base_url, _api_key(api_key, base_url, normalized), float(timeout))
@@ -265,9 +273,13 @@ class OpenAI(LM):
     `prices` is (prompt, completion) USD per 1M tokens, or a {model: (prompt, completion)} table, and
     fills `usage.cost`. Other keyword arguments are default generation parameters (temperature, ...).
 
-    >>> lm = OpenAI("gpt-4o-mini", api_key="sk-...", temperature=0.0, max_tokens=100)   # doctest: +SKIP
-    >>> lm("Q: 2+2?\\nA:"), lm.usage.total_tokens, lm.retry_stats["retries"]           # doctest: +SKIP
-    (['4'], 21, 0)
+    >>> lm = OpenAI("gpt-4o-mini", api_key="sk-...", temperature=0.0, max_tokens=100)
+    >>> lm.kwargs["max_tokens"], lm.usage.total_tokens
+    (100, 0)
+
+    A request asks the server, so it is shown, not run::
+
+        lm("Q: 2+2?\\nA:"), lm.usage.total_tokens, lm.retry_stats["retries"]           # (['4'], 21, 0)
     """
 
     provider = "openai"
@@ -288,7 +300,7 @@ class OpenAI(LM):
         if system_prompt is not None and model_type == "text":
             raise ValueError("system_prompt applies to chat models; a text model gets the prompt alone "
                              "(put the instructions into the prompt, or use model_type='chat')")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        if not is_number(timeout) or not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
             raise ValueError("api_key must be a non-empty string (or None to read OPENAI_API_KEY)")
@@ -342,7 +354,7 @@ class OpenAI(LM):
         body["messages"] = messages + [{"role": "user", "content": request["prompt"]}]
         # Chat endpoints take logprobs as a flag plus top_logprobs; DSP v1 passed the number as logprobs.
         logprobs = body.pop("logprobs", None)
-        if logprobs is True or (isinstance(logprobs, int) and not isinstance(logprobs, bool)):
+        if logprobs is True or is_int(logprobs):
             body["logprobs"] = True
             if logprobs is not True:
                 body.setdefault("top_logprobs", logprobs)
@@ -394,7 +406,7 @@ class OpenAI(LM):
                 # A short answer (llama.cpp's server ignores n): ask for the rest, with the next seed so
                 # the extra samples differ from the first ones yet reproduce on a rerun.
                 body = {**body, "n": n - len(choices)}
-                if isinstance(seed, int) and not isinstance(seed, bool):
+                if is_int(seed):
                     body["seed"] = seed + round_
             data = self._retrier.call(lambda payload=body: self._post(path, payload))
             choices.extend(self._choices(data))
@@ -413,8 +425,9 @@ class GPT3(OpenAI):
     Requests start from `V1_COMPLETION_DEFAULTS` and ask for logprobs=5 when n>1, exactly as DSP v1's
     GPT3 did (and as `ReplayLM` replays them). `api_base` is accepted as v1's name for `base_url`.
 
-    >>> lm = GPT3("gpt-3.5-turbo-instruct", api_key="sk-...")                     # doctest: +SKIP
-    >>> dsp.settings.configure(lm=lm)                                             # doctest: +SKIP
+    >>> lm = GPT3("gpt-3.5-turbo-instruct", api_key="sk-...")
+    >>> lm.model_type, lm.kwargs["temperature"], lm.kwargs["max_tokens"]
+    ('text', 0.0, 150)
     """
 
     def __init__(self, model: str = "text-davinci-002", api_key: str | None = None, base_url: str | None = None,

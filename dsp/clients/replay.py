@@ -5,9 +5,26 @@ A recording holds one request per line with its response, in the format of the D
 `passages`). A request that is not in the recording raises `UnrecordedRequest`, naming what differs
 from the closest recorded request, so a replayed program either reproduces the run or says why not.
 
->>> lm = ReplayLM("dsp_v1_intro_lm.jsonl")                 # doctest: +SKIP
->>> lm("Answer questions ...\\n\\nAnswer:")                  # doctest: +SKIP
-[' E. L. Doctorow']
+>>> import tempfile
+>>> with tempfile.TemporaryDirectory() as tmp:
+...     path = Path(tmp) / "rm.jsonl"
+...     _ = path.write_text(json.dumps({"query": "who wrote hamlet", "k": 1,
+...                                     "passages": [{"text": "Hamlet | A play by Shakespeare."}]}) + "\\n")
+...     rm = ReplayRM(path)
+...     [p.text for p in rm("who wrote hamlet", k=1, cache=False)]
+...     try:
+...         rm("who wrote macbeth", k=1, cache=False)
+...     except UnrecordedRequest as error:
+...         print(str(error).split("\\n", 1)[1])
+['Hamlet | A play by Shakespeare.']
+The closest recorded query (line 1) first differs at character 10:
+  recorded:  'who wrote hamlet'
+  requested: 'who wrote macbeth'
+
+An LM replays the same way (on the shared data, so shown, not run)::
+
+    lm = ReplayLM(data_path("dsp_v1/dsp_v1_intro_lm.jsonl"))
+    lm("Answer questions ...\\n\\nAnswer:")                  # [' E. L. Doctorow']
 """
 
 from __future__ import annotations

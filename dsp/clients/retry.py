@@ -1,5 +1,8 @@
 """Visible retries for HTTP clients: exponential backoff with full jitter, Retry-After honoured, clear errors.
 
+The loop is tenacity's (`tenacity.Retrying`); this module decides what is retried, how long to wait
+(`RetryPolicy.wait`), what is logged and counted, and which error a caller finally sees.
+
 An *attempt* is a function that sends one request. When it fails it raises `Failure` (built with
 `Failure.from_status` for an HTTP error status), or lets a standard-library network error escape
 (`TimeoutError`, `ConnectionError`, `urllib.error.HTTPError`, a `json` decoding error, ...).
@@ -48,6 +51,9 @@ from dataclasses import dataclass
 from datetime import timezone
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
+import tenacity
+
+from ..utils import check_nonnegative_int, is_number
 from .lm import ContextLengthExceeded
 
 __all__ = [
@@ -307,11 +313,10 @@ class RetryPolicy:
     max_retry_after: float = 120.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_retries, int) or isinstance(self.max_retries, bool) or self.max_retries < 0:
-            raise ValueError(f"max_retries must be an integer >= 0, got {self.max_retries!r}")
+        check_nonnegative_int(self.max_retries, "max_retries")
         for name in ("base_delay", "max_delay", "max_retry_after"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            if not is_number(value) or not value >= 0:
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
 
     def wait(self, retry: int, retry_after: float | None, rng: random.Random) -> float:
@@ -320,6 +325,36 @@ class RetryPolicy:
             return retry_after + rng.uniform(0.0, self.base_delay)
         ceiling = min(self.max_delay, self.base_delay * 2.0 ** min(retry, 60))  # 2**60: no float overflow
         return rng.uniform(0.0, ceiling)
+
+
+def _failure_of(state: tenacity.RetryCallState) -> Failure:
+    """The retryable `Failure` the attempt just ended with (tenacity retries nothing else)."""
+    error = state.outcome.exception() if state.outcome is not None else None
+    if not isinstance(error, Failure):
+        raise TypeError(f"a retry after something other than a Failure: {error!r:.120}")
+    return error
+
+
+class _PolicyWait(tenacity.wait.wait_base):
+    """tenacity's wait as `RetryPolicy.wait` says: the server's Retry-After (plus jitter), else full jitter."""
+
+    def __init__(self, policy: RetryPolicy, rng: random.Random, lock: threading.Lock) -> None:
+        self.policy, self.rng, self.lock = policy, rng, lock
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        with self.lock:  # one Random shared by the client's threads
+            return self.policy.wait(retry_state.attempt_number - 1, _failure_of(retry_state).retry_after, self.rng)
+
+
+class _StopOnLongRetryAfter(tenacity.stop.stop_base):
+    """Stop when the server asks for a longer wait than `policy.max_retry_after`: a loud error beats a stall."""
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        retry_after = _failure_of(retry_state).retry_after
+        return retry_after is not None and retry_after > self.policy.max_retry_after
 
 
 class Retrier:
@@ -367,33 +402,49 @@ class Retrier:
     def call(self, attempt: Callable[[], T]) -> T:
         """`attempt()`'s result, retrying retryable failures; raises `RetriesExhausted` or `RequestRejected`."""
         policy = self.policy
-        for number in range(1, policy.max_retries + 2):
-            with self._lock:
-                self.attempts += 1
-            try:
-                return attempt()
-            except Exception as error:  # sorted out just below: unknown errors are re-raised untouched
-                failure = self.classify(error)
-                if failure is None:
-                    raise
-            with self._lock:
-                self.failed_attempts[failure.label] += 1
+        # The policy is read once per call (a client may be given another between calls); `self.sleep` at
+        # each wait, so a test may swap it on a live client.
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(lambda error: isinstance(error, Failure) and error.retryable),
+            stop=tenacity.stop_after_attempt(policy.max_retries + 1) | _StopOnLongRetryAfter(policy),
+            wait=_PolicyWait(policy, self._rng, self._lock), before_sleep=self._log_retry,
+            sleep=lambda seconds: self.sleep(float(seconds)), reraise=True)
+        tried = [0]  # attempts in this call, for the final message
+        try:
+            return retrying(self._attempt_once, attempt, tried)
+        except Failure as failure:
             if not failure.retryable:
-                raise self._final(RequestRejected, failure, number) from None
-            if number > policy.max_retries:
-                raise self._final(RetriesExhausted, failure, number) from None
-            if failure.retry_after is not None and failure.retry_after > policy.max_retry_after:
-                raise self._final(RetriesExhausted, failure, number,
-                                  f"the server asks to wait {failure.retry_after:.0f} s, more than "
-                                  f"max_retry_after={policy.max_retry_after:g} s") from None
-            with self._lock:
-                wait = policy.wait(number - 1, failure.retry_after, self._rng)
-                self.retries += 1
-            asked = f" (Retry-After {failure.retry_after:.3g} s)" if failure.retry_after is not None else ""
-            log.warning("%s: %s%s; retry %d of %d in %.3f s", self.service,
-                        redact(failure.describe(), self._secrets), asked, number, policy.max_retries, wait)
-            self.sleep(wait)
-        raise RuntimeError("unreachable: the retry loop always returns or raises")  # keeps type checkers calm
+                raise self._final(RequestRejected, failure, tried[0]) from None
+            if tried[0] > policy.max_retries:
+                raise self._final(RetriesExhausted, failure, tried[0]) from None
+            raise self._final(RetriesExhausted, failure, tried[0],
+                              f"the server asks to wait {failure.retry_after:.0f} s, more than "
+                              f"max_retry_after={policy.max_retry_after:g} s") from None
+
+    def _attempt_once(self, attempt: Callable[[], T], tried: list[int]) -> T:
+        """`attempt()`, counted; a network failure leaves as a `Failure`, anything else (a bug) untouched."""
+        with self._lock:
+            self.attempts += 1
+        tried[0] += 1
+        try:
+            return attempt()
+        except Exception as error:  # sorted out just below: unknown errors are re-raised untouched
+            failure = self.classify(error)
+            if failure is None:
+                raise
+        with self._lock:
+            self.failed_attempts[failure.label] += 1
+        raise failure from None
+
+    def _log_retry(self, state: tenacity.RetryCallState) -> None:
+        """Count the retry tenacity is about to wait for, and say so on ``dsp.retry``."""
+        failure = _failure_of(state)
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        with self._lock:
+            self.retries += 1
+        asked = f" (Retry-After {failure.retry_after:.3g} s)" if failure.retry_after is not None else ""
+        log.warning("%s: %s%s; retry %d of %d in %.3f s", self.service, redact(failure.describe(), self._secrets),
+                    asked, state.attempt_number, self.policy.max_retries, wait)
 
     def _final(self, cls: type[ServiceError], failure: Failure, attempts: int,
                why: str | None = None) -> ServiceError | ContextLengthExceeded:

@@ -27,9 +27,11 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from .. import cache as _cache
 from ..example import Example
+from ..utils import is_int, is_number
 from .lm import HISTORY_SIZE, check_text
 
-__all__ = ["RM", "Passage", "softmax", "check_query", "check_queries", "check_count", "index_name"]
+__all__ = ["RM", "Passage", "softmax", "check_query", "check_queries", "check_count", "index_name",
+           "source_name"]
 
 
 class Passage(Example):
@@ -58,6 +60,18 @@ def index_name(source: str | os.PathLike | None) -> str | None:
     return Path(source).name or None
 
 
+def source_name(passages: Any, source: str | None = None) -> str:
+    """What an RM's corpus is called in messages and `describe()`: `source` if given (in-memory passages
+    read from a file), else the file `passages` names, else "passages".
+
+    >>> source_name("wiki/passages.jsonl.gz"), source_name([{"text": "x"}]), source_name([], "p.jsonl")
+    ('wiki/passages.jsonl.gz', 'passages', 'p.jsonl')
+    """
+    if source is not None:
+        return source
+    return str(passages) if isinstance(passages, (str, os.PathLike)) else "passages"
+
+
 def check_count(value: Any, name: str = "k") -> None:
     """Raise a clear error, naming `name` and the caller's value, unless `value` is a positive integer.
 
@@ -65,7 +79,7 @@ def check_count(value: Any, name: str = "k") -> None:
     Traceback (most recent call last):
     ValueError: k must be positive, got -3
     """
-    if not isinstance(value, int) or isinstance(value, bool):
+    if not is_int(value):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__}: {value!r}")
     if value <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
@@ -97,8 +111,7 @@ def _results_problem(results: Any) -> str | None:
             return f"a malformed answer ({error})"
         for field in ("score", "prob"):
             value = result.get(field)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value)):
+            if value is not None and (not is_number(value) or not math.isfinite(value)):
                 return f"a malformed answer (passage {i}'s {field} is not a number: {value!r:.80})"
     return None
 

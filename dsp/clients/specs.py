@@ -16,6 +16,8 @@
     dense:passages.jsonl.gz | dense:index_dir     faiss over E5 embeddings
     colbertv2:http://host:port/api/search         a ColBERTv2 server (or `dsp serve`); option post=1
     hybrid:passages.jsonl.gz[,fuse=rrf]           BM25 and E5 dense over the same passages, fused
+    colbert-local:index_dir,checkpoint=DIR[,collection=FILE][,ncells=N][,ndocs=N][,centroid_score_threshold=X]
+                                                  a local ColBERT index, searched in-process (colbert-ai)
     replay:rm.jsonl                               a recorded run
 
 A spec is plain text with no credential in it, so it can travel to worker processes, which rebuild
@@ -35,12 +37,14 @@ so a command can refuse a bad one before loading a model; `with_options` adds op
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["parse_spec", "format_spec", "with_options", "llamacpp_options", "check_lm_spec", "check_rm_spec",
-           "lm_from_spec", "rm_from_spec", "LM_KINDS", "RM_KINDS", "DEFAULT_LM", "SpecError"]
+from .fusion import FUSIONS
+
+__all__ = ["parse_spec", "format_spec", "with_options", "llamacpp_options", "colbert_local_options", "check_lm_spec",
+           "check_rm_spec", "lm_from_spec", "rm_from_spec", "LM_KINDS", "RM_KINDS", "DEFAULT_LM", "SpecError"]
 
 DEFAULT_LM = "llamacpp"
 
@@ -103,6 +107,13 @@ def _int_option(kind: str, key: str, value: str, low: int = 1) -> int:
     return number
 
 
+def _float_option(kind: str, key: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise SpecError(f"{kind} spec: {key} must be a number, got {value!r}") from None
+
+
 def _bool_option(kind: str, key: str, value: str) -> bool:
     if value.lower() not in _TRUE | _FALSE:
         raise SpecError(f"{kind} spec: {key} must be 1 or 0, got {value!r}")
@@ -119,7 +130,7 @@ def llamacpp_options(options: Mapping[str, str]) -> dict[str, Any]:
     """
     _check_known("llamacpp", options, _LLAMACPP_OPTIONS)
     kwargs: dict[str, Any] = {}
-    # n_threads matters on shared machines (a Ray node runs one model per CPU-slot; see dsp.backends.ray).
+    # n_threads matters on shared machines (a Ray node runs one model per CPU-slot; see dsp.evaluation.ray).
     if "n_ctx" in options:
         kwargs["n_ctx"] = _int_option("llamacpp", "n_ctx", options["n_ctx"], low=16)
     if "n_threads" in options:
@@ -138,6 +149,46 @@ def llamacpp_options(options: Mapping[str, str]) -> dict[str, Any]:
 
 
 _LLAMACPP_OPTIONS = ("n_ctx", "n_threads", "flash_attn", "n_seq", "format")
+_COLBERT_LOCAL_OPTIONS = ("checkpoint", "collection", "ncells", "ndocs", "centroid_score_threshold")
+
+
+def colbert_local_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """`ColBERTLocal` keyword arguments from a colbert-local spec's options, checked (checkpoint is required).
+
+    >>> colbert_local_options({"checkpoint": "colbert-ir/colbertv2.0", "ndocs": "256"})
+    {'checkpoint': 'colbert-ir/colbertv2.0', 'ndocs': 256}
+    """
+    _check_known("colbert-local", options, _COLBERT_LOCAL_OPTIONS)
+    if not options.get("checkpoint"):
+        raise SpecError("colbert-local spec: needs checkpoint=PATH (the ColBERTv2 checkpoint the index was built with)")
+    kwargs: dict[str, Any] = {"checkpoint": options["checkpoint"]}
+    if "collection" in options:  # the passages, when the index does not hold them (a bare colbert-ai index)
+        if not Path(options["collection"]).expanduser().is_file():
+            raise SpecError(f"colbert-local spec: collection {options['collection']} is not a file")
+        kwargs["collection"] = options["collection"]
+    for key in ("ncells", "ndocs"):
+        if key in options:
+            kwargs[key] = _int_option("colbert-local", key, options[key])
+    if "centroid_score_threshold" in options:
+        kwargs["centroid_score_threshold"] = _float_option("colbert-local", "centroid_score_threshold",
+                                                           options["centroid_score_threshold"])
+    return kwargs
+
+
+def _colbertv2_options(options: Mapping[str, str]) -> None:
+    if "post" in options:
+        _bool_option("colbertv2", "post", options["post"])
+
+
+def _model_types() -> Sequence[str]:
+    """The model types `OpenAI` takes (declared in its module; imported only when a spec names it)."""
+    from .openai import MODEL_TYPES
+
+    return MODEL_TYPES
+
+
+def _fusions() -> Sequence[str]:
+    return tuple(FUSIONS)
 
 
 def _named_llamacpp_models() -> tuple[str, ...]:
@@ -162,13 +213,18 @@ class _Kind:
     argument: str | None            # what the argument names (None: optional)
     build: Callable[[str, dict[str, str]], Any]
     path: str | None = None         # "file": the argument must be an existing file; "file_or_index";
-                                    # "file_or_named": a file or a named llamacpp model
+                                    # "file_or_named": a file or a named llamacpp model; "dir": a directory
     check: Callable[[dict[str, str]], Any] | None = None
+    # option -> the values it takes, as the client that owns them declares them (read when checked)
+    choices: Mapping[str, Callable[[], Sequence[str]]] = field(default_factory=dict)
 
     def validate(self, kind: str, argument: str, options: dict[str, str]) -> None:
         _check_known(kind, options, self.options)
         if self.check is not None:
             self.check(options)
+        for key, allowed in self.choices.items():
+            if key in options and options[key] not in allowed():
+                raise SpecError(f"{kind} spec: {key} must be {' or '.join(allowed())}, got {options[key]!r}")
         if self.argument is not None and not argument:
             raise SpecError(f"'{kind}:' needs {self.argument}, e.g. {kind}:<{self.argument.replace(' ', '-')}>")
         if self.path == "file_or_named" and argument and argument not in _named_llamacpp_models():
@@ -182,12 +238,8 @@ class _Kind:
                 raise SpecError(f"{kind}: {path} is not a file")
             if self.path == "file_or_index" and not (path.is_file() or _is_index(path)):
                 raise SpecError(f"{kind}: {path} is neither a passages file nor a saved index directory")
-        if kind in ("openai", "openai-compatible") and options.get("type", "chat") not in ("chat", "text"):
-            raise SpecError(f"{kind} spec: type must be chat or text, got {options['type']!r}")
-        if kind == "colbertv2" and "post" in options:
-            _bool_option(kind, "post", options["post"])
-        if kind == "hybrid" and options.get("fuse", "combsum") not in ("combsum", "rrf"):
-            raise SpecError(f"hybrid spec: fuse must be combsum or rrf, got {options['fuse']!r}")
+            if self.path == "dir" and not path.is_dir():
+                raise SpecError(f"{kind}: {path} is not a directory")
 
 
 def _first_model(base_url: str) -> str:
@@ -271,12 +323,15 @@ def _colbertv2(argument: str, options: dict[str, str]) -> Any:
 
 
 def _hybrid(argument: str, options: dict[str, str]) -> Any:
-    from .bm25 import BM25
-    from .dense import DenseRM
     from .hybrid import HybridRM
 
-    path = Path(argument).expanduser()
-    return HybridRM([BM25(path), DenseRM(path)], fuse=options.get("fuse", "combsum"))
+    return HybridRM.from_passages(Path(argument).expanduser(), fuse=options.get("fuse", "combsum"))
+
+
+def _colbert_local(argument: str, options: dict[str, str]) -> Any:
+    from .colbert_local import ColBERTLocal
+
+    return ColBERTLocal(argument, **colbert_local_options(options))
 
 
 def _replay_rm(argument: str, options: dict[str, str]) -> Any:
@@ -287,17 +342,19 @@ def _replay_rm(argument: str, options: dict[str, str]) -> Any:
 
 LM_KINDS: dict[str, _Kind] = {
     "llamacpp": _Kind(_LLAMACPP_OPTIONS, None, _llamacpp, path="file_or_named", check=llamacpp_options),
-    "openai": _Kind(("type",), "model name", _openai),
-    "openai-compatible": _Kind(("model", "type"), "base url", _openai_compatible),
+    "openai": _Kind(("type",), "model name", _openai, choices={"type": _model_types}),
+    "openai-compatible": _Kind(("model", "type"), "base url", _openai_compatible, choices={"type": _model_types}),
     "gpt3": _Kind((), None, _gpt3),
     "replay": _Kind((), "recording path", _replay_lm, path="file"),
 }
 RM_KINDS: dict[str, _Kind] = {
     "bm25": _Kind((), "passages file or index dir", _bm25, path="file_or_index"),
     "dense": _Kind((), "passages file or index dir", _dense, path="file_or_index"),
-    "colbertv2": _Kind(("post",), "server url", _colbertv2),
-    "hybrid": _Kind(("fuse",), "passages file", _hybrid, path="file"),
+    "colbertv2": _Kind(("post",), "server url", _colbertv2, check=_colbertv2_options),
+    "hybrid": _Kind(("fuse",), "passages file", _hybrid, path="file", choices={"fuse": _fusions}),
     "replay": _Kind((), "recording path", _replay_rm, path="file"),
+    "colbert-local": _Kind(_COLBERT_LOCAL_OPTIONS, "index dir", _colbert_local, path="dir",
+                           check=colbert_local_options),
 }
 
 

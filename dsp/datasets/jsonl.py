@@ -1,8 +1,18 @@
 """Read JSON, JSON Lines and CSV data files (plain or .gz) with errors that name the file and line.
 
->>> rows = list(read_jsonl(data_path("nq_open/NQ-open.dev.jsonl")))     # doctest: +SKIP
->>> rows[0]["question"]                                                 # doctest: +SKIP
-'when was the last time anyone was on the moon'
+>>> import tempfile
+>>> with tempfile.TemporaryDirectory() as tmp:
+...     path = Path(tmp) / "rows.jsonl.gz"
+...     with gzip.open(path, "wt", encoding="utf-8") as f:
+...         _ = f.write('{"question": "who wrote hamlet"}\\n\\n[1, 2]\\n')
+...     rows = []
+...     try:
+...         for number, row in read_jsonl(path):
+...             rows.append((number, row))
+...     except DataFileError as error:
+...         message = str(error)
+>>> rows, message.split("rows.jsonl.gz")[1]
+([(1, {'question': 'who wrote hamlet'})], ', line 3: expected a JSON object, got list')
 """
 
 from __future__ import annotations

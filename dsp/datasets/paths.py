@@ -8,8 +8,8 @@ project's root (so `DSP_DATA_DIR=../shared/data`, written for the repository roo
 also works from a notebook running in notebooks/), and the absolute path is written back to the
 environment, so threads, subprocesses and Ray workers all read the same directory.
 
->>> data_path("nq_open/NQ-open.dev.jsonl")        # doctest: +SKIP
-PosixPath('/data/nq_open/NQ-open.dev.jsonl')
+For example, with DSP_DATA_DIR=/data (it reads the environment, so it is not run as a doctest),
+``data_path("nq_open/NQ-open.dev.jsonl")`` is ``PosixPath('/data/nq_open/NQ-open.dev.jsonl')``.
 """
 
 from __future__ import annotations

@@ -4,9 +4,17 @@ Every loader takes a path (default: the dataset's place in DSP_DATA_DIR) and ret
 `question` and `answer` (a list of gold answers; prompts show the first) plus the dataset's own
 fields. Gold-only fields are named so that `dsp.evaluate` never shows them to a program.
 
->>> dev = load_nq_open()                      # doctest: +SKIP
->>> dev[0].question, dev[0].answer            # doctest: +SKIP
-('when was the last time anyone was on the moon', ['14 December 1972 UTC', 'December 1972'])
+>>> import json, tempfile
+>>> with tempfile.TemporaryDirectory() as tmp:
+...     path = Path(tmp) / "NQ-open.dev.jsonl"
+...     _ = path.write_text(json.dumps({"question": "when was the last time anyone was on the moon",
+...                                     "answer": ["14 December 1972 UTC", "December 1972"]}) + "\\n")
+...     dev = load_nq_open(path)
+>>> dev[0].id, dev[0].question, dev[0].answer
+('NQ-open.dev-0', 'when was the last time anyone was on the moon', ['14 December 1972 UTC', 'December 1972'])
+
+Without a path, `load_nq_open()` reads that file from DSP_DATA_DIR (or downloads it), and the question
+above is its first.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..example import Example
+from ..utils import check_positive_int
 from .jsonl import DataFileError, read_csv, read_json, read_jsonl
 from .paths import data_path, local_path
 
@@ -144,9 +153,8 @@ def hotpotqa_corpus(path: PathLike | None = None, abstracts: PathLike | None = N
     retrieval is real. `path` is the HotPotQA file (as `load_hotpotqa`), `abstracts` the sample
     (default: DSP_DATA_DIR/hotpotqa/wiki17_abstracts_sample.jsonl.gz when present).
 
-    >>> corpus = hotpotqa_corpus()                                      # doctest: +SKIP
-    >>> len(corpus), corpus[0]["title"]                                # doctest: +SKIP
-    (1780, 'Constantin Medien')
+    On the shared data (so not run as a doctest), ``hotpotqa_corpus()`` holds 1,780 passages, the first
+    titled ``'Constantin Medien'``.
     """
     passages: dict[str, dict[str, Any]] = {}
     for example in load_hotpotqa(path):
@@ -172,12 +180,17 @@ def qrecc_corpus(path: PathLike | None = None, words: int = 200) -> list[dict[st
     9,400 tokens. Pieces keep their page's id with `#<n>` added when a passage is cut (the usual
     retrieval unit: DPR cut Wikipedia into 100-word pieces).
 
-    >>> pieces = qrecc_corpus(words=200)                                   # doctest: +SKIP
-    >>> len(pieces), pieces[0]["id"]                                       # doctest: +SKIP
-    (846, 'https://advancedderm.com/medical-professionals/779/SaraRojek.aspx_p0#0')
+    >>> import json, tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp) / "passages.jsonl"
+    ...     _ = path.write_text(json.dumps({"id": "page_p0", "text": "one two three four five"}) + "\\n"
+    ...                         + json.dumps({"id": "page_p1", "text": "six seven"}) + "\\n")
+    ...     [(p["id"], p["text"]) for p in qrecc_corpus(path, words=3)]
+    [('page_p0#0', 'one two three'), ('page_p0#1', 'four five'), ('page_p1', 'six seven')]
+
+    On the shared data, ``qrecc_corpus(words=200)`` gives 846 pieces.
     """
-    if not isinstance(words, int) or isinstance(words, bool) or words < 1:
-        raise ValueError(f"words must be a positive integer, got {words!r}")
+    check_positive_int(words, "words")
     path = Path(path) if path is not None else data_path("qrecc/passages.jsonl.gz")
     out = []
     for n, record in read_jsonl(path):

@@ -6,7 +6,12 @@ public source into the download directory ($DSP_DOWNLOAD_DIR, default ~/.cache/d
 `.part` file that a later call resumes with an HTTP Range request, checked against the registered
 checksum, and only then renamed into place. A corrupt download is rejected and removed.
 
->>> path = fetch("nq_open/NQ-open.dev.jsonl")     # doctest: +SKIP
+>>> entry = REGISTRY["nq_open/NQ-open.dev.jsonl"]
+>>> entry.url.startswith("https://"), entry.checksum.split(":")[0], entry.size
+(True, 'sha256', 391316)
+
+``fetch("nq_open/NQ-open.dev.jsonl")`` then gives the local path of that file (it may download, so it
+is not run as a doctest).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import random
 from typing import Iterable, Sequence
 
 from ..example import Example
+from ..utils import check_nonnegative_int, check_positive_int
 
 __all__ = ["few_shot_train", "downsample", "sample_indices", "split_pool"]
 
@@ -27,8 +28,7 @@ PAPER_SEEDS = (0, 1, 2, 3, 4)
 def few_shot_train(pool: Sequence[Example], k: int = PAPER_SHOTS, seeds: Iterable[int] = PAPER_SEEDS) -> dict[int, list[Example]]:
     """For each seed, k training examples drawn without replacement from `pool` (seeded shuffle)."""
     pool = list(pool)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"k (training examples per seed) must be an integer >= 0, got {k!r}")
+    check_nonnegative_int(k, "k (training examples per seed)")
     if k > len(pool):
         raise ValueError(f"cannot draw {k} training examples from a pool of {len(pool)}")
     out = {}
@@ -51,8 +51,7 @@ def sample_indices(total: int, n: int | None, seed: int = 0) -> list[int]:
     >>> sample_indices(5, None), len(sample_indices(100, 30, 1)), sample_indices(100, 30) == sample_indices(100, 30)
     ([0, 1, 2, 3, 4], 30, True)
     """
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise ValueError(f"n (dev examples) must be a positive integer or None, got {n!r}")
+    check_positive_int(n, "n (dev examples)", optional=True)
     if n is None or n >= total:
         return list(range(total))
     return sorted(random.Random(f"dev-{seed}").sample(range(total), n))

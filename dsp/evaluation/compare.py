@@ -5,9 +5,12 @@ The paired test is the exact McNemar test for right/wrong metrics (EM) and the e
 graded ones (F1): both count the examples one run scored higher on than the other (`dsp.stats.paired`).
 Runs are compared only when their metric, task and dev split agree; each file's own header says so.
 
->>> table = compare_runs(["runs/nq-dsp-compiled-seed0.jsonl", "runs/nq-retrieve_then_read-seed0.jsonl"],
-...                      n=300)                                                      # doctest: +SKIP
->>> print(format_comparison(table))                                                 # doctest: +SKIP
+For example, on two results files (shown, not run as a doctest; `format_comparison`'s own example
+prints such a table)::
+
+    table = compare_runs(["runs/nq-dsp-compiled-seed0.jsonl", "runs/nq-retrieve_then_read-seed0.jsonl"],
+                         n=300)
+    print(format_comparison(table))
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..stats import paired, score_interval
+from ..utils import check_positive_int, is_int, is_number
 from .log import BadRow, RunMismatch, _flatten, finished_by_index, identity_diff, read_run
 from .rows import canonical
 
@@ -104,7 +108,7 @@ def _checked_score(path: Path, index: int, row: Mapping[str, Any]) -> float:
     here scores an example between 0 and 1, and a NaN, an infinity, a 5 or a text would make a table
     of impossible figures. A failed example's row scores 0 as written."""
     score = row.get("score")
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score) \
+    if not is_number(score) or not math.isfinite(score) \
             or not 0.0 <= score <= 1.0:
         shown = json.dumps(score)[:40]  # as the file has it: NaN, Infinity, "abc", {...}
         raise BadRow(f"{path}: the row of example {index} (id {row.get('id')!r}) has score {shown}: "
@@ -136,9 +140,8 @@ def compare_runs(paths: Sequence[str | os.PathLike], n: int | None = None, skip:
     """
     if not paths:
         raise ValueError("compare_runs needs at least one results file")
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise ValueError(f"n must be a positive integer, got {n!r}")
-    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0 or (n is not None and skip >= n):
+    check_positive_int(n, "n", optional=True)
+    if not is_int(skip) or skip < 0 or (n is not None and skip >= n):
         raise ValueError(f"skip must be a non-negative integer below n, got {skip!r}" + (f" with n={n}" if n else ""))
     loaded, incomplete = [], []
     for p in paths:

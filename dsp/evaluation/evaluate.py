@@ -7,13 +7,23 @@ field is the gold label and which output field is the prediction. The `runner` s
 finished example under a header naming the run's identity, so a rerun of the same run resumes and a
 rerun with other settings is refused instead of reporting old rows as new.
 
->>> result = dsp.evaluate(program, dev, metric=dsp.EM, runner=8, out="runs/rtr.jsonl")   # doctest: +SKIP
-Answered 51 / 300 (17.0%) correctly.
->>> result.df.head()                                                                   # doctest: +SKIP
+>>> import tempfile
+>>> from pathlib import Path
+>>> import dsp
+>>> def program(question):  # a stand-in for a program that asks an LM
+...     return dsp.Example(answer="Paris" if "France" in question else "?")
+>>> dev = [dsp.Example(question="What is the capital of France?", answer=["Paris"]),
+...        dsp.Example(question="What is the capital of Peru?", answer=["Lima"])]
+>>> with tempfile.TemporaryDirectory() as tmp, dsp.settings.context(cache=False):
+...     result = dsp.evaluate(program, dev, metric=dsp.EM, runner=2, out=Path(tmp) / "rtr.jsonl")
+Answered 1 / 2 (50.0%) correctly.
+>>> result.score, result.df["prediction"].tolist()
+(50.0, ['Paris', '?'])
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from typing import Any, Callable, Mapping, Sequence
@@ -23,6 +33,7 @@ from ..clients.lm import Usage
 from ..example import Example
 from ..metrics import EM
 from ..settings import settings
+from ..utils import is_int
 from .fields import QA_FIELDS, Fields
 from .log import RunLog, describe
 from .result import EvaluationResult
@@ -80,17 +91,7 @@ def evaluate(
     - `progress`: a progress bar (a text names it, e.g. "bootstrap"); `display`: print the summary line
       (and how many rows were resumed).
     """
-    if not callable(program):
-        raise TypeError(f"evaluate needs a callable program, got {type(program).__name__}")
-    if not isinstance(fields, Fields):
-        raise TypeError(f"fields must be a dsp.evaluation.Fields, got {type(fields).__name__}")
-    if isinstance(runner, int) and not isinstance(runner, bool):
-        runner = Threads(runner)
-    if not isinstance(runner, Runner):
-        raise TypeError(f"runner must be Threads(n), Ray(...) or a number of threads, got {runner!r}")
-    examples = [e if isinstance(e, Example) else Example(e) for e in devset]
-    for i, example in enumerate(examples):
-        fields.check(example, i)
+    runner, examples = _checked(program, devset, fields, runner)
     metric_name = getattr(metric, "__name__", type(metric).__name__)
     if isinstance(out, RunLog):
         log = out
@@ -98,50 +99,99 @@ def evaluate(
         log = RunLog(out, run_identity(program, metric, fields, seed, run), before_write=flush_cache)
     else:
         log = None
-    done: dict[int, dict[str, Any]] = {}
-    if log is not None:
-        # Held until the run ends (the finally below): a second writer of this file is refused (FileInUse).
-        done = {i: row for i, row in log.open().items()
-                if i < len(examples) and row.get("fingerprint") == example_fingerprint(examples[i])}
-        if done and (display or progress):
-            print(f"resumed {len(done)} rows from {log.path}")
+    # The log is held from here until the run ends (the finally below): a second writer is refused.
+    done = _resumed(log, examples, display or bool(progress))
     try:
-        rows: dict[int, dict[str, Any]] = dict(done)
-        usage = Usage()
-        lock = threading.Lock()
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            name = progress if isinstance(progress, str) else "evaluate"
-            bar = tqdm(total=len(examples), initial=len(done), desc=f"{name} ({metric_name})", unit="ex")
-
-        def on_row(row: dict[str, Any]) -> None:
-            """Count a finished example's usage, write its row, show it (called in this thread)."""
-            with lock:
-                counted = row.get("usage") or {}
-                for key in _USAGE_KEYS:
-                    setattr(usage, key, getattr(usage, key) + int(counted.get(key) or 0))
-                usage.cost += float(counted.get("cost") or 0.0)
-            if log is not None:
-                log.append(row)
-            rows[row["index"]] = row
-            if bar is not None:
-                scored = [r["score"] for r in rows.values()]
-                bar.set_postfix_str(f"{metric_name}={100 * sum(scored) / len(scored):.1f}")
-                bar.update(1)
-
+        name = progress if isinstance(progress, str) else _program_name(program)
+        collect = _Collector(done, log, metric_name, len(examples), name if progress else None)
         todo = [i for i in range(len(examples)) if i not in done]
         try:
-            runner.run(Job(program, metric, examples, seed, fields), todo, on_row)
+            runner.run(Job(program, metric, examples, seed, fields), todo, collect.on_row)
         finally:
-            if bar is not None:
-                bar.close()
+            collect.close()
+        rows = collect.rows
         result = EvaluationResult([rows[i] for i in sorted(rows)], metric_name, str(log.path) if log else None, seed,
-                                  usage, resumed=len(done))
+                                  collect.usage, resumed=len(done))
         if display:
             print(result.summary())
         return result
     finally:
         if log is not None:
             log.close()
+
+
+def _checked(program: Callable[..., Any], devset: Sequence[Mapping[str, Any]], fields: Fields,
+             runner: Runner | int) -> tuple[Runner, list[Example]]:
+    """`evaluate`'s arguments checked: the runner (an int n is Threads(n)) and the examples as Examples."""
+    if not callable(program):
+        raise TypeError(f"evaluate needs a callable program, got {type(program).__name__}")
+    if not isinstance(fields, Fields):
+        raise TypeError(f"fields must be a dsp.evaluation.Fields, got {type(fields).__name__}")
+    if is_int(runner):
+        runner = Threads(runner)
+    if not isinstance(runner, Runner):
+        raise TypeError(f"runner must be Threads(n), Ray(...) or a number of threads, got {runner!r}")
+    examples = [e if isinstance(e, Example) else Example(e) for e in devset]
+    for i, example in enumerate(examples):
+        fields.check(example, i)
+    return runner, examples
+
+
+def _program_name(program: Callable[..., Any]) -> str:
+    """What a progress bar calls the program: its function's name, through partials.
+
+    >>> import functools
+    >>> _program_name(functools.partial(functools.partial(max, key=len), default=0))
+    'max'
+    """
+    while isinstance(program, functools.partial):
+        program = program.func
+    return getattr(program, "__name__", None) or type(program).__name__
+
+
+def _resumed(log: RunLog | None, examples: list[Example], say: bool) -> dict[int, dict[str, Any]]:
+    """Open the log (taking its writer lock) and keep its finished rows whose example is unchanged."""
+    if log is None:
+        return {}
+    done = {i: row for i, row in log.open().items()
+            if i < len(examples) and row.get("fingerprint") == example_fingerprint(examples[i])}
+    if done and say:
+        print(f"resumed {len(done)} rows from {log.path}")
+    return done
+
+
+class _Collector:
+    """Where finished rows go, in the caller's thread: the usage total, the log, the progress bar."""
+
+    def __init__(self, done: dict[int, dict[str, Any]], log: RunLog | None, metric_name: str, total: int,
+                 name: str | None) -> None:
+        self.rows: dict[int, dict[str, Any]] = dict(done)
+        self.usage = Usage()
+        self._lock = threading.Lock()
+        self._log = log
+        self._metric_name = metric_name
+        self._bar = None
+        if name is not None:
+            from tqdm.auto import tqdm
+
+            # The program's name leads the bar, so a demo's several runs are told apart.
+            self._bar = tqdm(total=total, initial=len(done), desc=f"{name} ({metric_name})", unit="ex")
+
+    def on_row(self, row: dict[str, Any]) -> None:
+        """Count a finished example's usage, write its row, show it."""
+        with self._lock:
+            counted = row.get("usage") or {}
+            for key in _USAGE_KEYS:
+                setattr(self.usage, key, getattr(self.usage, key) + int(counted.get(key) or 0))
+            self.usage.cost += float(counted.get("cost") or 0.0)
+        if self._log is not None:
+            self._log.append(row)
+        self.rows[row["index"]] = row
+        if self._bar is not None:
+            scored = [r["score"] for r in self.rows.values()]
+            self._bar.set_postfix_str(f"{self._metric_name}={100 * sum(scored) / len(scored):.1f}")
+            self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()

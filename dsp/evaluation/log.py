@@ -28,8 +28,22 @@ One rule reads rows everywhere (`finished_by_index`: resume, `dsp compare`): an 
 finished one (a later row was made by a later run of the same example), else its last failed one;
 an example with more than one finished row is named in a warning.
 
->>> log = RunLog("runs/rtr.jsonl", {"program": "rtr", "options": {"k": 1}})        # doctest: +SKIP
->>> done = log.open()                # {index: row} of the rows already there       # doctest: +SKIP
+>>> import tempfile
+>>> with tempfile.TemporaryDirectory() as tmp:
+...     log = RunLog(Path(tmp) / "rtr.jsonl", {"program": "rtr", "options": {"k": 1}})
+...     log.open()                   # {index: row} of the rows already there: none yet
+...     log.append({"index": 0, "prediction": "Paris", "score": 1.0})
+...     log.close()
+...     again = RunLog(Path(tmp) / "rtr.jsonl", {"program": "rtr", "options": {"k": 1}})
+...     again.open()                 # the same run resumes
+...     again.close()
+...     try:
+...         RunLog(Path(tmp) / "rtr.jsonl", {"program": "rtr", "options": {"k": 3}}).open()
+...     except RunMismatch as error:
+...         print(str(error).split("rtr.jsonl ")[1])
+{}
+{0: {'index': 0, 'prediction': 'Paris', 'score': 1.0}}
+holds rows of another run (options.k: 1 -> 3); write to another file or move it away
 """
 
 from __future__ import annotations
@@ -50,6 +64,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..clients.lm import LM
 from ..clients.rm import RM
+from ..utils import is_int
 from .lock import WriterLock
 from .rows import canonical, jsonable
 
@@ -219,7 +234,14 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
 def read_run(path: str | os.PathLike) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """(identity, rows) of a results file; identity is None for a file without a header.
 
-    >>> identity, rows = read_run("runs/nq-retrieve_then_read-seed0.jsonl")          # doctest: +SKIP
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     log = RunLog(Path(tmp) / "rtr.jsonl", {"program": "rtr"})
+    ...     _ = log.open()
+    ...     log.append({"index": 0, "prediction": "Paris", "score": 1.0})
+    ...     log.close()
+    ...     read_run(Path(tmp) / "rtr.jsonl")
+    ({'program': 'rtr'}, [{'index': 0, 'prediction': 'Paris', 'score': 1.0}])
     """
     identity: dict[str, Any] | None = None
     rows: list[dict[str, Any]] = []
@@ -261,7 +283,7 @@ def finished_by_index(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike
     finished: dict[int, int] = {}
     for row in rows:
         index = row.get("index")
-        if not isinstance(index, int) or isinstance(index, bool):
+        if not is_int(index):
             continue
         if row.get("error") is None:
             finished[index] = finished.get(index, 0) + 1

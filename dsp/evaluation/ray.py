@@ -32,8 +32,10 @@ few seconds while held, so a slot held by a worker that was killed returns to th
 runs out instead of shrinking the limit for good. (A semaphore rather than a token bucket: a server's
 capacity is a number of parallel requests, and a killed worker cannot leak a rate.)
 
->>> dsp.evaluate(program, dev, runner=Ray(address="auto", threads=4, global_concurrency=16),  # doctest: +SKIP
-...              out="runs/rtr.jsonl")
+For example (it needs the [scale] extra and a cluster, so it is shown, not run as a doctest)::
+
+    dsp.evaluate(program, dev, runner=Ray(address="auto", threads=4, global_concurrency=16),
+                 out="runs/rtr.jsonl")
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from ..cache import cache_enabled, cache_url, cache_write_mode
 from ..cache import flush as flush_cache
 from ..clients.lm import LM
 from ..clients.rm import RM
-from ..clients.specs import lm_from_spec, parse_spec, rm_from_spec
+from ..clients.specs import lm_from_spec, parse_spec, rm_from_spec, with_options
 from ..clients.vectorizers import Vectorizer
 from ..example import Example
 from ..settings import settings
@@ -91,10 +93,11 @@ def _ray() -> Any:
 def dumps_program(obj: Any) -> bytes:
     """cloudpickle `obj` (a program and its metric), refusing any live LM, RM or vectorizer inside it.
 
-    >>> blob = dumps_program((functools.partial(open_qa.vanilla, train=train), dsp.EM))   # doctest: +SKIP
-    >>> dumps_program(lambda q: lm(q))   # lm: a client object in the caller's scope  # doctest: +SKIP
-    Traceback (most recent call last):
-    LiveClientError: the program holds a live client, LlamaCpp(model='gemma-3-270m-q4_k_m.gguf'), ...
+    For example (Ray's cloudpickle comes with the [scale] extra, so not run as a doctest)::
+
+        blob = dumps_program((functools.partial(open_qa.vanilla, train=train), dsp.EM))
+        dumps_program(lambda q: lm(q))   # lm: a client object in the caller's scope
+        # LiveClientError: the program holds a live client, LlamaCpp(model='gemma-3-270m-q4_k_m.gguf'), ...
     """
     _ray()
     from ray import cloudpickle
@@ -161,7 +164,7 @@ def _job(*, seed: int | None, fields: Fields, num_threads: int, limit: Any) -> _
                              f"spec); use the Threads runner or set it inside the program")
     url = cache_url()
     if url is not None:
-        from ..cache_redis import strip_password
+        from ..cache.redis import strip_password
 
         url = strip_password(url)  # workers read a password from their own $DSP_CACHE_PASSWORD
     chosen_dir = settings.cache_dir or os.environ.get("DSP_CACHEDIR")
@@ -317,7 +320,7 @@ def _fit_threads(spec: str) -> str:
     if kind != "llamacpp" or "n_threads" in options:
         return spec
     cpus = _ray().get_runtime_context().get_assigned_resources().get("CPU", 1.0)
-    return f"{spec}{',' if ':' in spec else ':,'}n_threads={max(1, int(cpus))}"
+    return with_options(spec, n_threads=max(1, int(cpus)))
 
 
 def _client(kind: str, spec: str | None) -> Any:
@@ -384,7 +387,7 @@ def connect(address: str | None = None) -> None:
     """Connect to the Ray cluster at `address` ("auto", "ray://host:10001", "host:6379"), or, when none is
     given and none is named by $RAY_ADDRESS, start a local one. An existing connection is reused.
 
-    >>> connect("head-host:6380")        # a cluster started with `ray start --head --port 6380`  # doctest: +SKIP
+    For example, ``connect("head-host:6380")`` joins a cluster started with ``ray start --head --port 6380``.
     """
     ray = _ray()
     if ray.is_initialized():
@@ -408,7 +411,9 @@ def run_on_ray(
     """Run `evaluation.examples[i]` for i in `todo` on Ray, calling `on_row(row)` in this thread as each
     arrives. The `Ray` runner calls this; see the module docstring for what travels where.
 
-    >>> run_on_ray(Job(program, dsp.EM, dev, None, Fields()), range(len(dev)), on_row=print)   # doctest: +SKIP
+    For example (on a cluster, so not run as a doctest)::
+
+        run_on_ray(Job(program, dsp.EM, dev, None, Fields()), range(len(dev)), on_row=print)
     """
     # First: a program holding a live client fails before any cluster work.
     blob = dumps_program((evaluation.program, evaluation.metric))

@@ -70,7 +70,13 @@ class EvaluationResult:
 
 
 def summarize_seeds(results: Sequence[EvaluationResult]) -> Any:
-    """A pandas table of per-seed scores plus their mean +- sample standard deviation."""
+    """A pandas table of per-seed scores; its ``attrs`` hold their mean, sample standard deviation and a
+    line of text. One seed has no spread: its text is the score alone (its "std" is 0.0).
+
+    >>> one = EvaluationResult(rows=[{"score": 1.0}, {"score": 0.0}, {"score": 0.0}], metric_name="EM", seed=0)
+    >>> summarize_seeds([one]).attrs["text"], summarize_seeds([one, one]).attrs["text"]
+    ('33.3 (1 seed)', '33.3 ± 0.0 over 2 seeds')
+    """
     import pandas as pd
 
     if not results:
@@ -80,5 +86,7 @@ def summarize_seeds(results: Sequence[EvaluationResult]) -> Any:
     mean = table["score"].mean()
     std = table["score"].std(ddof=1) if len(table) > 1 else 0.0
     table.attrs["mean"], table.attrs["std"] = float(mean), float(std)
-    table.attrs["text"] = f"{mean:.1f} ± {std:.1f} over {len(table)} seed(s)"
+    # One seed has no spread to show: "± 0.0" would read as a measured one.
+    table.attrs["text"] = (f"{mean:.1f} ± {std:.1f} over {len(table)} seeds" if len(table) > 1
+                           else f"{mean:.1f} (1 seed)")
     return table

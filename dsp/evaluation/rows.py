@@ -4,6 +4,7 @@ A row holds the example's index, id, fingerprint, question and gold label, the p
 score (or the error and its traceback), the stage traces, token usage and seconds. An example whose
 program raises is recorded with its error and scores 0; a rerun retries it.
 
+>>> from dsp.metrics import EM
 >>> row = run_example(str.upper, Example(question="q", answer="Q"), 0, metric_caller(EM))
 >>> row["prediction"], row["score"], row["error"]
 ('Q', 1.0, None)
@@ -20,7 +21,6 @@ from typing import Any, Callable, Mapping
 
 from ..clients.lm import Usage
 from ..example import Example
-from ..metrics import EM
 from ..settings import settings
 from .fields import QA_FIELDS, Fields
 

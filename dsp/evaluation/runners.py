@@ -4,8 +4,10 @@ A runner gets the job (program, metric, examples, seed, fields) and the indices 
 calls `on_row(row)` in the caller's thread as each example finishes; rows are built by
 `dsp.evaluation.rows.run_example` whichever runner runs them, so both record an example identically.
 
->>> dsp.evaluate(program, dev, runner=Threads(8))                                    # doctest: +SKIP
->>> dsp.evaluate(program, dev, runner=Ray(address="auto", threads=4, global_concurrency=32))  # doctest: +SKIP
+For example (`dsp.evaluate`'s own example runs one; Ray needs the [scale] extra and a cluster)::
+
+    dsp.evaluate(program, dev, runner=Threads(8))
+    dsp.evaluate(program, dev, runner=Ray(address="auto", threads=4, global_concurrency=32))
 """
 
 from __future__ import annotations
@@ -17,17 +19,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..example import Example
+from ..utils import check_positive_int
 from .fields import Fields
 from .rows import metric_caller, run_example
 
 __all__ = ["Runner", "Threads", "Ray", "Job"]
-
-
-def _positive(name: str, value: Any, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -68,7 +64,7 @@ class Threads(Runner):
     threads: int = 1
 
     def __post_init__(self) -> None:
-        _positive("threads", self.threads)
+        check_positive_int(self.threads, "threads")
 
     def run(self, job: Job, todo: Sequence[int], on_row: Callable[[dict[str, Any]], Any]) -> None:
         score_of = metric_caller(job.metric)
@@ -104,9 +100,9 @@ class Ray(Runner):
     global_concurrency: int | None = None
 
     def __post_init__(self) -> None:
-        _positive("threads", self.threads)
-        _positive("batch_size", self.batch_size, optional=True)
-        _positive("global_concurrency", self.global_concurrency, optional=True)
+        check_positive_int(self.threads, "threads")
+        check_positive_int(self.batch_size, "batch_size", optional=True)
+        check_positive_int(self.global_concurrency, "global_concurrency", optional=True)
 
     def run(self, job: Job, todo: Sequence[int], on_row: Callable[[dict[str, Any]], Any]) -> None:
         if not todo:

@@ -38,6 +38,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..utils import is_int
+
 __all__ = [
     "Document", "get_qa_prompt", "get_closedbook_qa_prompt", "get_kv_retrieval_prompt",
     "format_documents", "format_kv_records", "load_template", "PROMPTS_DIR", "TEMPLATE_NAMES",
@@ -89,7 +91,7 @@ class Document:
                 raise TypeError(f"Document.{name} must be text, got {type(value).__name__}: {value!r:.80}")
         if self.id is not None and not isinstance(self.id, str):
             # The paper's ids are strings; an integer id (a line number) is read as its decimal text.
-            if isinstance(self.id, int) and not isinstance(self.id, bool):
+            if is_int(self.id):
                 object.__setattr__(self, "id", str(self.id))
             else:
                 raise TypeError(f"Document.id must be text or None, got {type(self.id).__name__}: {self.id!r:.80}")
@@ -100,7 +102,7 @@ class Document:
             if value is not None and not isinstance(value, bool):
                 raise TypeError(f"Document.{name} must be true, false or None, got {value!r}")
         index = self.original_retrieval_index
-        if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < 0):
+        if index is not None and (not is_int(index) or index < 0):
             raise TypeError(f"Document.original_retrieval_index must be an integer >= 0 or None, got {index!r}")
 
     @classmethod

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..example import Example
 from ..settings import settings
+from ..utils import check_nonnegative_int
 from .predict import _as_example
 
 __all__ = ["sample", "annotate", "knn", "crossval", "all_but"]
@@ -32,8 +33,7 @@ def _check_train(train: Any) -> list[Example]:
 
 
 def _check_k(k: Any, name: str = "k") -> int:
-    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {k!r}")
+    check_nonnegative_int(k, name)
     return k
 
 
@@ -98,8 +98,13 @@ def knn(train: Sequence[Example], cast: Callable[[Example], str] | None = None) 
 
     `cast` turns an example into the text to embed (default: its question). Ties keep train order.
 
-    >>> nearest = dsp.knn(train)            # doctest: +SKIP
-    >>> demos = nearest(x, k=3)             # doctest: +SKIP
+    >>> import dsp
+    >>> train = [dsp.Example(question=q) for q in
+    ...          ("Who wrote Hamlet?", "What is the capital of France?", "Who painted the Mona Lisa?")]
+    >>> with dsp.settings.context(vectorizer=dsp.HashingVectorizer()):
+    ...     nearest = dsp.knn(train)
+    ...     [demo.question for demo in nearest(dsp.Example(question="Who wrote Macbeth?"), k=1)]
+    ['Who wrote Hamlet?']
     """
     import faiss  # imported here: only knn needs it
 

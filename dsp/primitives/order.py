@@ -19,6 +19,8 @@ import math
 import random
 from typing import Any, Literal, Sequence, TypeVar, get_args
 
+from ..utils import is_number
+
 __all__ = ["order_passages", "ORDER_STRATEGIES", "OrderStrategy"]
 
 T = TypeVar("T")
@@ -54,7 +56,7 @@ def order_passages(passages: Sequence[T], strategy: str = "lost_in_the_middle", 
         if len(scores) != len(ranked):
             raise ValueError(f"order_passages got {len(ranked)} passages but {len(scores)} scores")
         for i, score in enumerate(scores):
-            if isinstance(score, bool) or not isinstance(score, (int, float)) or math.isnan(score):
+            if not is_number(score) or math.isnan(score):
                 raise ValueError(f"scores[{i}] must be a number, got {score!r}")
         # sorted() is stable: equal scores keep the caller's order.
         order = sorted(range(len(ranked)), key=lambda i: -scores[i])

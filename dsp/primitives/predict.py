@@ -1,9 +1,17 @@
 """PREDICT: generate (prompt the LM with a template and parse), majority (self-consistency), branch.
 
->>> import dsp                                                       # doctest: +SKIP
->>> x, completions = dsp.generate(qa_template, n=20, temperature=0.7)(x, stage="qa")  # doctest: +SKIP
->>> dsp.majority(completions).answer                                 # doctest: +SKIP
-'Paris'
+>>> import dsp
+>>> qa = dsp.Template("Answer questions.", question=dsp.Type(prefix="Question:", desc="${the question}"),
+...                   answer=dsp.Type(prefix="Answer:", desc="${a short answer}"))
+>>> class Voters(dsp.LM):  # a stand-in LM: of its n completions, two say Paris
+...     def _request(self, request):
+...         texts = [" Paris", " Lyon", " Paris"][: request["n"]]
+...         return {"choices": [{"text": text, "finish_reason": "stop"} for text in texts]}
+>>> x = dsp.Example(question="What is the capital of France?")
+>>> with dsp.settings.context(lm=Voters("voters"), cache=False):
+...     x, completions = dsp.generate(qa, n=3, temperature=0.7)(x)
+>>> [c.answer for c in completions], dsp.majority(completions).answer
+(['Paris', 'Lyon', 'Paris'], 'Paris')
 """
 
 from __future__ import annotations
@@ -154,7 +162,18 @@ def branch(transformation: Callable[[Example], Any], n: int, temperature: float 
     samples differ from the other paths' but are reproducible (and cached) across reruns; `dsp.sample`
     inside a path also draws with seed i. Returns the n outputs, e.g. for `majority` over them.
 
-    >>> answers = dsp.branch(qa_program, n=5)(x)   # doctest: +SKIP
+    >>> import dsp
+    >>> qa = dsp.Template("Answer.", question=dsp.Type(prefix="Question:", desc="${the question}"),
+    ...                   answer=dsp.Type(prefix="Answer:", desc="${a short answer}"))
+    >>> class BySeed(dsp.LM):  # a stand-in LM whose answer shows the seed it was asked with
+    ...     def _request(self, request):
+    ...         return {"choices": [{"text": f" seed {request['seed']}", "finish_reason": "stop"}]}
+    >>> def program(x):
+    ...     _, completions = dsp.generate(qa)(x)
+    ...     return completions.answer
+    >>> with dsp.settings.context(lm=BySeed("by-seed"), cache=False):
+    ...     dsp.branch(program, n=3)(dsp.Example(question="q"))
+    ['seed 1000003', 'seed 2000006', 'seed 3000009']
     """
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"branch needs a positive number of paths, got n={n!r}")

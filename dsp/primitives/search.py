@@ -1,8 +1,13 @@
 """SEARCH: retrieve passages for a query, fuse the results of several queries, rank passages.
 
->>> dsp.retrieve("Who wrote Hamlet?", k=3)                                  # doctest: +SKIP
-['Hamlet | Hamlet is a tragedy by William Shakespeare...', ...]
->>> dsp.fused_retrieval(["Hamlet author", "Who wrote Hamlet?"], k=5)        # doctest: +SKIP
+>>> import dsp
+>>> rm = dsp.BM25([{"title": "Hamlet", "text": "Hamlet is a tragedy by William Shakespeare."},
+...                {"title": "Paris", "text": "Paris is the capital of France."}])
+>>> with dsp.settings.context(rm=rm, cache=False):
+...     dsp.retrieve("Who wrote Hamlet?", k=1)
+...     dsp.fused_retrieval(["Hamlet author", "Who wrote Hamlet?"], k=1)
+['Hamlet | Hamlet is a tragedy by William Shakespeare.']
+['Hamlet | Hamlet is a tragedy by William Shakespeare.']
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """`dsp compile`: tune a bundled program by search on its task's training pool (see `dsp.compile`).
 
     dsp compile dsp --dataset nq --candidates 8 --out runs/compiled/nq-dsp.json [--preset small]
+    dsp compile dsp --dataset nq --candidates 8 --dry-run      # the projected LM requests and tokens, no LM call
     dsp run dsp --dataset nq --n 1000 --compiled runs/compiled/nq-dsp.json
 
 The compile sees only the task's training pool (a validation part is held out of it); the dev set never
@@ -18,14 +19,14 @@ from typing import Any, Callable
 
 import dsp
 from dsp.clients.specs import parse_spec
-from dsp.compiling import DEMO_KINDS, DemoSpace, Space, report
+from dsp.compiling import DEMO_KINDS, DemoSpace, Space, plan, report
 from programs.tasks import TASKS, Task
 
 from .options import (
     Bounds, UsageError, add_lm, add_out, add_rm, add_seed, add_threads, lm_spec, nonnegative_int, parse_search,
     parse_set, positive_int, program_options, rm_spec,
 )
-from .run import FIXED, _family, _rm_choice, build_rm, resolve_program
+from .run import FIXED, _rm_choice, build_rm, program_help, resolve_program
 
 __all__ = ["add_parser", "cmd_compile", "wrap_for"]
 
@@ -33,7 +34,7 @@ __all__ = ["add_parser", "cmd_compile", "wrap_for"]
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("compile", help="tune a program by search on the training data (dsp.compile)",
                        description=__doc__.split("\n\n")[0])
-    p.add_argument("program", help="vanilla | retrieve_then_read | self_ask | dsp")
+    p.add_argument("program", help=f"the program, by dataset: {program_help()}")
     p.add_argument("--dataset", default="nq", choices=list(TASKS), help="the task whose training pool is searched")
     add_lm(p)
     add_rm(p)
@@ -64,6 +65,9 @@ def add_parser(sub: Any) -> None:
                    help="the chance that a leader ever drops a candidate as good as itself (default 0.05)")
     p.add_argument("--no-racing", action="store_true",
                    help="score every candidate on the whole validation part, then drop and choose as the race does")
+    p.add_argument("--dry-run", action="store_true",
+                   help="call no LM: print the candidates and the LM requests and prompt tokens the compile would "
+                        "spend, projected from a few examples a candidate and the cache (dsp.compiling.plan)")
     # Accepted only to be refused in one line saying why (argparse alone would say "unrecognized").
     p.add_argument("--split", help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_compile)
@@ -89,12 +93,8 @@ def _level(text: str) -> float:
 
 
 def wrap_for(task: Task) -> Callable[[Callable[..., Any], list], Callable[..., Any]] | None:
-    """How a candidate is evaluated: conversations turn by turn, with the program's own earlier answers."""
-    if not task.conversational:
-        return None
-    from programs.conversational import Conversations
-
-    return lambda program, turns: Conversations(turns, program)
+    """How a candidate is evaluated: as its family declares (`Family.wrap`; None: each example alone)."""
+    return task.family.wrap
 
 
 def _searched(program: Callable[..., Any], name: str, search: dict[str, list[str]], given: dict[str, str],
@@ -125,36 +125,37 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.split is not None:
         raise UsageError(f"--split {args.split}: dsp compile reads only the task's training pool, never a dev or test "
                          f"question; test a compiled program with dsp run PROGRAM --compiled FILE.json --split test")
-    if not args.out:
+    if not args.out and not args.dry_run:
         raise UsageError("--out FILE.json is required: where the compiled program goes")
-    out = Path(args.out)
+    out = Path(args.out or "dry-run.json")  # a dry run writes nothing
     if out.suffix != ".json":
         raise UsageError(f"--out {args.out}: give a .json file")
     task = TASKS[args.dataset]
     given = parse_set(args.set)
     program, options = resolve_program(task, args.program, args.preset, given)
-    family = _family(task)
+    family = task.family
     kinds = DEMO_KINDS if args.bootstrap else ("raw",)
     if args.search is not None:
         # Searched even when the preset sets it: the preset's value stays the baseline's.
-        searched = _searched(program, args.program, parse_search(args.search), given, family.BOUNDS)
+        searched = _searched(program, args.program, parse_search(args.search), given, family.bounds)
     else:
-        searched = {k: v for k, v in family.SEARCH.get(args.program, {}).items() if k not in options}
+        searched = {k: v for k, v in family.search.get(args.program, {}).items() if k not in options}
     lm_text = lm_spec(args)
     rm_text = _rm_choice(args)
     others = _named_rms(args.rms)
-    space = Space(options=searched, moot=family.MOOT, rms=list(others),
-                  demos=DemoSpace(kinds=kinds, ks=(3, 5, 8) if task.family == "open_qa" else (2, 4)))
+    space = Space(options=searched, moot=family.moot, rms=list(others),
+                  demos=DemoSpace(kinds=kinds, ks=family.demo_ks))
     if args.search is not None:  # an option asked for but moot in every candidate (Space drops it) is refused
         grid = space.grid(fixed=options)
         for key in searched:
             if not any(key in candidate.options for candidate in grid[1:]):
-                under = ", ".join(f"{o}={options[o]}" for o in family.MOOT.get(key, {}) if o in options)
+                under = ", ".join(f"{o}={options[o]}" for o in family.moot.get(key, {}) if o in options)
                 raise UsageError(f"--search {key}: has no effect with {under} (fixed by --preset or --set); "
                                  f"search {under.split('=')[0]} too")
     pool, _ = task.load(1, 0, "dev")  # the training pool only: no dev or test question is kept
-    if len(pool) < 20:
-        raise UsageError(f"dataset {task.name}: its training pool has {len(pool)} examples; compile needs at least 20")
+    if len(pool) < family.min_pool:
+        raise UsageError(f"dataset {task.name}: its training pool has {len(pool)} examples; compile needs at least "
+                         f"{family.min_pool}")
     lm = dsp.lm_from_spec(lm_text)
     rm = build_rm(task, rm_text)
     rms = {name: dsp.rm_from_spec(spec) for name, spec in others.items()}
@@ -163,28 +164,38 @@ def cmd_compile(args: argparse.Namespace) -> int:
     for seed in seeds:
         # One seed: the file asked for; several: one file each, so every seed's program is kept.
         target = out if len(seeds) == 1 else out.with_name(f"{out.stem}-seed{seed}.json")
+        config = _config(args, space, seed)
         if len(seeds) > 1:
-            print(f"== seed {seed} -> {target}")
-        compiled = _compile_one(args, task, program, options, space, pool, lm, rm, rms, lm_text, rm_text, target, seed)
+            print(f"== seed {seed}" + ("" if args.dry_run else f" -> {target}"))
+        if args.dry_run:
+            with dsp.settings.context(lm=lm, rm=rm):
+                print(plan(program, pool, task.metric, config, options=options, rms=rms, fields=task.fields,
+                           wrap=wrap_for(task)))
+            continue
+        compiled = _compile_one(args, task, program, options, config, pool, lm, rm, rms, lm_text, rm_text, target)
         chosen[seed] = compiled.candidate["key"]
-    if len(seeds) > 1:
+    if len(seeds) > 1 and not args.dry_run:
         keys = sorted(set(chosen.values()))
         said = "; ".join(f"seed {seed}: {key}" for seed, key in chosen.items())
         print(f"the {len(seeds)} seeds chose {'alike' if len(keys) == 1 else f'{len(keys)} different programs'}: {said}")
     return 0
 
 
+def _config(args: argparse.Namespace, space: Space, seed: int) -> dsp.CompileConfig:
+    """The search and budget the arguments ask for, with `seed`."""
+    return dsp.CompileConfig(space=space, candidates=args.candidates, val=args.val,
+                             bootstrap_limit=args.bootstrap or None, passing=args.passing, racing=not args.no_racing,
+                             budget=args.budget, alpha=args.alpha, seed=seed)
+
+
 def _compile_one(args: argparse.Namespace, task: Task, program: Callable[..., Any], options: dict[str, Any],
-                 space: Space, pool: list, lm: Any, rm: Any, rms: dict[str, Any], lm_text: str, rm_text: str | None,
-                 out: Path, seed: int) -> dsp.Compiled:
-    """One compile with `seed` into `out` (its candidates' rows beside it, in OUT.runs/), reported."""
+                 config: dsp.CompileConfig, pool: list, lm: Any, rm: Any, rms: dict[str, Any], lm_text: str,
+                 rm_text: str | None, out: Path) -> dsp.Compiled:
+    """One compile into `out` (its candidates' rows beside it, in OUT.runs/), reported."""
     started = time.perf_counter()
     with dsp.settings.context(lm=lm, rm=rm):
-        compiled = dsp.compile(program, pool, task.metric, space=space, candidates=args.candidates, rms=rms,
-                               fields=task.fields, val=args.val, bootstrap_limit=args.bootstrap or None,
-                               options=options, runner=args.threads, out=out.with_suffix(".runs"), seed=seed,
-                               wrap=wrap_for(task), racing=not args.no_racing, budget=args.budget,
-                               alpha=args.alpha, passing=args.passing)
+        compiled = dsp.compile(program, pool, task.metric, config, options=options, rms=rms, fields=task.fields,
+                               wrap=wrap_for(task), out=out.with_suffix(".runs"), runner=args.threads)
     compiled.meta.update(task=task.name, program_name=args.program, preset=args.preset, lm_spec=lm_text,
                          rm_spec=rm_text or (rm.spec if isinstance(rm, dsp.RM) else None), rm_name=repr(rm))
     compiled.save(out)

@@ -11,8 +11,8 @@
 
 Every argument is checked before any model loads; a bad one is one line on stderr and exit status 2
 (`UsageError`), never a traceback. Program options (`--set`, `--preset`, `--search`) are checked against
-the program's parameters (names and types) and against the ranges its family declares (`BOUNDS` in
-programs/open_qa.py, multihop.py, conversational.py).
+the program's parameters (names and types) and against the ranges its family declares
+(`programs.family.Family.bounds`).
 """
 
 from __future__ import annotations
@@ -26,16 +26,14 @@ import typing
 from typing import Any, Callable, Mapping, NoReturn, Sequence
 
 from dsp.clients.specs import SpecError, check_lm_spec, check_rm_spec, parse_spec, with_options
+from dsp.utils import is_number
+from programs.family import Bounds
 
 __all__ = [
     "UsageError", "Parser", "positive_int", "nonnegative_int", "seed_list", "add_lm", "add_rm", "add_n", "add_threads",
     "add_out", "add_seed", "lm_spec", "rm_spec", "program_options", "parse_set", "parse_search", "existing_path",
     "Bounds", "check_bounds",
 ]
-
-# A family's declared ranges of its programs' numeric options: option -> (least, greatest), both inclusive,
-# None for no bound (plain data, e.g. programs.open_qa.BOUNDS).
-Bounds = Mapping[str, tuple[float | None, float | None]]
 
 
 class UsageError(Exception):
@@ -278,7 +276,7 @@ def check_bounds(name: str, value: Any, bounds: Bounds, flag: str = "--set") -> 
     ...
     programs.cli.options.UsageError: --search temperature: must be between 0 and 2, got 2.5
     """
-    if name not in bounds or isinstance(value, bool) or not isinstance(value, (int, float)):
+    if name not in bounds or not is_number(value):
         return
     least, greatest = bounds[name]
     if (least is None or value >= least) and (greatest is None or value <= greatest):
@@ -294,7 +292,7 @@ def program_options(program: Callable[..., Any], given: Mapping[str, Any], fixed
                     where: str = "the program", flag: str = "--set", bounds: Bounds | None = None) -> dict[str, Any]:
     """`given` options checked against `program`'s parameters and typed as they are: an unknown key, a
     value of the wrong type, or a number outside the range `bounds` declares for it (the family's
-    `BOUNDS`) is a `UsageError` naming the valid ones. `fixed` parameters (the question, the training set)
+    `bounds`) is a `UsageError` naming the valid ones. `fixed` parameters (the question, the training set)
     cannot be set.
 
     >>> def rtr(question, train, k: int = 1, order: str = "relevance"): ...

@@ -10,7 +10,7 @@ everything that decides its rows (task, split, program, options, preset, shots, 
 command resumes it, a command with other settings is refused with a line naming what changed. An option
 set to the value it has anyway (``--set k=1`` where k is 1 by default, or by the preset) is the same run
 as leaving it out: the same file, which it resumes. Options are checked (names, types and the ranges the
-program's family declares in its `BOUNDS`) before any model loads. Two different option sets never share
+program's family declares, `Family.bounds`) before any model loads. Two different option sets never share
 a name: a value whose text could be read otherwise is named by a digest after a "~" (``k_1~6fe2249cdf``).
 """
 
@@ -20,21 +20,19 @@ import argparse
 import dataclasses
 import functools
 import hashlib
-import importlib
 import inspect
 import json
 import re
 import sys
 from functools import partial
 from pathlib import Path
-from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
 import dsp
 from dsp.clients.retry import REDACTED, redact_urls
 from dsp.clients.specs import check_rm_spec
 from dsp.evaluation import Ray, Runner, Threads
-from programs.conversational import Conversations
+from programs.family import Family
 from programs.tasks import SPLITS, TASKS, Task
 
 from .options import (
@@ -42,7 +40,8 @@ from .options import (
     parse_set, positive_int, program_options, rm_spec,
 )
 
-__all__ = ["add_parser", "cmd_run", "cmd_ask", "resolve_program", "build_rm", "results_name", "run_entries"]
+__all__ = ["add_parser", "cmd_run", "cmd_ask", "resolve_program", "build_rm", "results_name", "run_entries",
+           "program_help", "preset_help", "run_examples", "split_stem"]
 
 PAPER_SHOTS = 16
 # Parameters a task supplies to every program: never settable with --set.
@@ -52,8 +51,8 @@ FIXED = ("question", "history", "train")
 def add_parser(sub: Any) -> None:
     run = sub.add_parser("run", help="evaluate a program on a dataset",
                          description="Evaluate a bundled program on a task's dev set: one JSONL row per example, "
-                                     "resumable, with a 95%% interval per seed and the mean over seeds.")
-    run.add_argument("program", help="vanilla | retrieve_then_read | self_ask | dsp")
+                                     "resumable, with a 95% interval per seed and the mean over seeds.")
+    run.add_argument("program", help=f"the program, by dataset: {program_help()}")
     run.add_argument("--dataset", default="nq", choices=list(TASKS), help="the task")
     add_lm(run)
     add_rm(run)
@@ -62,7 +61,7 @@ def add_parser(sub: Any) -> None:
     add_out(run, "runs", "directory for the per-example JSONL files")
     add_seed(run, many=True, help="training-set seed(s), one 16-shot draw each")
     run.add_argument("--shots", type=nonnegative_int, default=PAPER_SHOTS, help="training examples per seed")
-    run.add_argument("--preset", help="a named set of the program's options, e.g. small (for the embedded model)")
+    run.add_argument("--preset", help=f"a named set of the program's options, by dataset: {preset_help()}")
     run.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="program options, e.g. k=5 n=10")
     run.add_argument("--split", choices=SPLITS, default="dev",
                      help="the task's dev split, or its declared test split: used once, never to design, tune or "
@@ -85,14 +84,18 @@ def add_parser(sub: Any) -> None:
     ask = sub.add_parser("ask", help="answer one question with a program, printing each stage's prompt and "
                                      "the model's raw text")
     ask.add_argument("question")
-    ask.add_argument("--program", default="dsp", help="vanilla | retrieve_then_read | self_ask | dsp")
-    ask.add_argument("--dataset", default="nq", choices=[t for t in TASKS if not TASKS[t].conversational],
-                     help="whose training pool and default RM to use")
+    alone = {name: task for name, task in TASKS.items() if task.family.standalone}  # one question, no history
+    main = sorted({task.family.main_program for task in alone.values()})
+    ask.add_argument("--program", help=f"the program, by dataset: {program_help(alone)} (default: the dataset's "
+                                       f"own, {' or '.join(main)})")
+    ask.add_argument("--dataset", default="nq", choices=list(alone), help="whose training pool and default RM to use")
     add_lm(ask)
     add_rm(ask)
     add_seed(ask, help="training-set seed")
     ask.add_argument("--shots", type=nonnegative_int, default=PAPER_SHOTS, help="training examples")
-    ask.add_argument("--preset", help="a named set of the program's options")
+    ask.add_argument("--preset", help=f"a named set of the program's options, by dataset: {preset_help(alone)} "
+                                      "(default: the small-model one when the LM declares itself small, as the "
+                                      "embedded ones do; else the program's own options)")
     ask.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="program options")
     ask.add_argument("--full", action="store_true", help="print whole prompts (default: their last 1,500 characters)")
     ask.set_defaults(handler=cmd_ask)
@@ -100,23 +103,45 @@ def add_parser(sub: Any) -> None:
 
 # -- resolving names and options ------------------------------------------------------------------------
 
-def _family(task: Task) -> ModuleType:
-    return importlib.import_module(f"programs.{task.family}")
+def _by_dataset(tasks: Mapping[str, Task], names: Callable[[Family], Iterable[str]], joiner: str) -> str:
+    """`names` of each family, after the datasets of `tasks` it serves, in one line (for help texts)."""
+    datasets: dict[Family, list[str]] = {}
+    for name, task in tasks.items():
+        datasets.setdefault(task.family, []).append(name)
+    return "; ".join(f"{', '.join(served)}: {joiner.join(names(family))}" for family, served in datasets.items())
+
+
+def program_help(tasks: Mapping[str, Task] = TASKS) -> str:
+    """The programs each dataset of `tasks` offers, from the families' declarations (for help texts).
+
+    >>> program_help({"squad": TASKS["squad"], "qrecc": TASKS["qrecc"]})
+    'squad: vanilla | retrieve_then_read | self_ask | dsp; qrecc: vanilla | retrieve_then_read | dsp'
+    """
+    return _by_dataset(tasks, lambda family: family.programs, " | ")
+
+
+def preset_help(tasks: Mapping[str, Task] = TASKS) -> str:
+    """The presets each dataset of `tasks` offers and the program they set (for help texts).
+
+    >>> preset_help({"nq": TASKS["nq"], "qrecc": TASKS["qrecc"]})
+    'nq: paper, small (of dsp); qrecc: paper (of dsp)'
+    """
+    return _by_dataset(tasks, lambda family: [f"{', '.join(family.presets)} (of {family.main_program})"], "")
 
 
 def resolve_program(task: Task, name: str, preset: str | None, settings: dict[str, str]) -> tuple[Callable, dict]:
     """(program function, its checked options: preset, then --set on top)."""
-    family = _family(task)
-    if name not in family.PROGRAMS:
-        raise UsageError(f"dataset {task.name} has no program {name!r}; choose one of: {', '.join(family.PROGRAMS)}")
-    program = family.PROGRAMS[name]
+    family = task.family
+    if name not in family.programs:
+        raise UsageError(f"dataset {task.name} has no program {name!r}; choose one of: {', '.join(family.programs)}")
+    program = family.programs[name]
     options: dict[str, Any] = {}
     if preset is not None:
-        if preset not in family.PRESETS:
-            raise UsageError(f"no preset {preset!r} for {task.name}; presets: {', '.join(family.PRESETS)}")
-        options = program_options(program, family.PRESETS[preset], FIXED, bounds=family.BOUNDS,
-                                  where=f"preset {preset!r} is for the dsp program; program {name!r}")
-    options.update(program_options(program, settings, FIXED, where=f"program {name!r}", bounds=family.BOUNDS))
+        if preset not in family.presets:
+            raise UsageError(f"no preset {preset!r} for {task.name}; presets: {', '.join(family.presets)}")
+        options = program_options(program, family.presets[preset], FIXED, bounds=family.bounds,
+                                  where=f"preset {preset!r} is for the {family.main_program} program; program {name!r}")
+    options.update(program_options(program, settings, FIXED, where=f"program {name!r}", bounds=family.bounds))
     return program, options
 
 
@@ -223,9 +248,9 @@ def results_name(task: Task, name: str, preset: str | None, program: Callable, o
     """
     base = effective_options(program, {})
     if preset is not None:
-        base.update(_family(task).PRESETS[preset])
+        base.update(task.family.presets[preset])
     changed = {k: v for k, v in options.items() if k not in base or _differs(base[k], v)}
-    parts = [_split_stem(task, split), name] + ([preset] if preset else [])
+    parts = [split_stem(task, split), name] + ([preset] if preset else [])
     parts += [_slug(changed, program)] if changed else []
     parts += [f"shots{shots}"] if shots != PAPER_SHOTS else []
     return "-".join(parts + [f"seed{seed}"]) + ".jsonl"
@@ -240,12 +265,12 @@ def _differs(default: Any, value: Any) -> bool:
     return default != value or type(default) is not type(value)
 
 
-def _split_stem(task: Task, split: str) -> str:
+def split_stem(task: Task, split: str) -> str:
     """The start of a results file's name: the task's, and "-test" for its test split (dev names as ever)."""
     return task.name if split == "dev" else f"{task.name}-{split}"
 
 
-def _examples(task: Task, args: argparse.Namespace) -> tuple[list, list, dict[str, Any]]:
+def run_examples(task: Task, args: argparse.Namespace) -> tuple[list, list, dict[str, Any]]:
     """(training pool, the examples to run, what the results file's identity says of them). A dev run's
     identity is as it was before test splits existed, so its published files still resume."""
     try:
@@ -292,9 +317,10 @@ def _runner(args: argparse.Namespace, task: Task) -> Runner:
         if args.ray_address or args.batch_size or args.global_concurrency:
             raise UsageError("--ray-address, --batch-size and --global-concurrency need --backend ray")
         return Threads(args.threads)
-    if task.conversational:
-        # Turns see the program's own earlier answers, held in one process: conversations are not split.
-        raise UsageError(f"dataset {task.name} is evaluated turn by turn in one process; use --backend threads")
+    if not task.family.standalone:
+        # Its examples are evaluated together (turns see the program's own earlier answers), in one process.
+        raise UsageError(f"dataset {task.name} ({task.family.name}) evaluates its examples together in one process; "
+                         "use --backend threads")
     return Ray(address=args.ray_address, threads=args.threads, batch_size=args.batch_size,
                global_concurrency=args.global_concurrency)
 
@@ -310,7 +336,7 @@ def _bound(task: Task, program: Callable, train: list, options: dict[str, Any], 
     defaults = effective_options(program, {})
     differing = {key: value for key, value in options.items() if key not in defaults or _differs(defaults[key], value)}
     bound = partial(program, train=train, **differing)
-    return Conversations(dev, bound) if task.conversational else bound
+    return bound if task.family.wrap is None else task.family.wrap(bound, dev)
 
 
 def run_entries(task: Task, args: argparse.Namespace, program: Callable, options: dict[str, Any],
@@ -357,7 +383,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.rm and (REDACTED not in compiled.rm_spec or redact_urls(rm_text or "") != compiled.rm_spec):
             raise UsageError(f"--compiled {args.compiled} chose its retriever ({compiled.rm_spec}): drop --rm")
         rm_text = rm_text if args.rm else check_rm_spec(compiled.rm_spec)
-    pool, dev, examples = _examples(task, args)
+    pool, dev, examples = run_examples(task, args)
     for i, example in enumerate(dev):
         try:
             task.fields.check(example, i)
@@ -380,15 +406,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             if compiled is not None:
                 # an ablation's options, as results_name does
                 changed = f"-{_slug(ablation, program)}" if ablation else ""
-                stem = f"{_split_stem(task, args.split)}-{args.program}-compiled_{Path(args.compiled).stem}{changed}"
+                stem = f"{split_stem(task, args.split)}-{args.program}-compiled_{Path(args.compiled).stem}{changed}"
                 out = out_dir / f"{stem}-seed{seed}.jsonl"
                 identity.update(compiled=digest, options=dsp.evaluation.describe(compiled.options), shots=None)
-                bound = Conversations(dev, compiled) if task.conversational else compiled
+                bound = compiled if task.family.wrap is None else task.family.wrap(compiled, dev)
             else:
                 out = out_dir / results_name(task, args.program, args.preset, program, options, args.shots, seed,
                                              args.split)
                 bound = _bound(task, program, trains[seed], options, dev)
-            print(f"== {args.program} on {_split_stem(task, args.split)}: {len(dev)} examples, seed {seed}, {lm.name}, "
+            print(f"== {args.program} on {split_stem(task, args.split)}: {len(dev)} examples, seed {seed}, {lm.name}, "
                   f"{rm!r} -> {out}")
             result = dsp.evaluate(bound, dev, metric=task.metric, fields=task.fields, runner=runner, out=out,
                                   run=identity, seed=seed)
@@ -397,7 +423,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             results.append(result)
     table = dsp.summarize_seeds(results)
     print(table.round({"score": 1}).to_string(index=False))  # one decimal, as every score line above
-    print(f"{args.program} on {_split_stem(task, args.split)}: {table.attrs['text']}; "
+    print(f"{args.program} on {split_stem(task, args.split)}: {table.attrs['text']}; "
           f"per-example results in {out_dir}/")
     usage = dsp.Usage()
     if args.backend == "ray":  # the workers made the calls: their per-example counts are the totals
@@ -436,12 +462,20 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if not args.question.strip():  # checked first: an empty prompt would load a model to answer nothing
         raise UsageError(f"the question is empty ({args.question!r}): ask one, e.g. dsp ask \"Who wrote Hamlet?\"")
     task = TASKS[args.dataset]
-    program, options = resolve_program(task, args.program, args.preset, parse_set(args.set))
+    name = args.program or task.family.main_program
+    given = parse_set(args.set)
+    program, options = resolve_program(task, name, args.preset, given)
+    # With no --preset, a small LM gets its family's small-model preset: resolved (checked) before it loads.
+    small = task.family.default_preset(name, small=True) if args.preset is None else None
+    small_options = resolve_program(task, name, small, given)[1] if small is not None else None
     lm_text = lm_spec(args)
     rm_text = _rm_choice(args)
     pool, _ = task.load(1)
     train = _train(pool, args.shots, args.seed)
     lm = dsp.lm_from_spec(lm_text)
+    if small_options is not None and lm.small:
+        options = small_options
+        print(f"preset {small}: {lm.name} declares itself a small model (--preset chooses another)")
     rm = build_rm(task, rm_text)
     trace: list = []
     with dsp.settings.context(lm=lm, rm=rm, trace=trace, branch_idx=args.seed):

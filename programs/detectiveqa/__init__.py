@@ -11,8 +11,11 @@ baseline with a DSP program that retrieves paragraphs (`TruncateProgram`, `Retri
 >>> fixture = Path(__file__).parents[2] / "tests" / "fixtures" / "detectiveqa"  # the repository's fixture
 >>> from programs.detectiveqa import load_detectiveqa, LMModel, TruncateProgram, run_program
 >>> ds = load_detectiveqa(fixture, lang="en", anno_part="human_anno")
->>> program = TruncateProgram(ds.novels, LMModel(dsp.LlamaCpp()), q_len=1500, cut="answer")  # doctest: +SKIP
->>> print(run_program(program, ds, out="runs/dqa/truncate").table)                          # doctest: +SKIP
+
+Then, with the embedded model (a model load, so shown, not run as a doctest)::
+
+    program = TruncateProgram(ds.novels, LMModel(dsp.LlamaCpp()), q_len=1500, cut="answer")
+    print(run_program(program, ds, out="runs/dqa/truncate").table)
 
 From the shell: ``dsp detectiveqa --data-dir ... --lang en --anno-part human_anno --lm llamacpp --q-len 1500``
 (`programs.detectiveqa.cli`).

@@ -173,8 +173,9 @@ def letter_scores(lm: LM, prompt: str, letters: Sequence[str] = LETTERS, top: in
     exactly; other LMs are asked for one token with `logprobs=top` and only the labels among those top
     tokens are scored (read from the call's response in `lm.history`).
 
-    >>> letter_scores(dsp.LlamaCpp(), "Q: 2+2?\\nA: 4\\nB: 5\\nThe correct option is")   # doctest: +SKIP
-    {'A': -0.4, 'B': -2.1, 'C': -3.5, 'D': -3.9}
+    For example (a model load, so not run as a doctest),
+    ``letter_scores(dsp.LlamaCpp(), "Q: 2+2?\\nA: 4\\nB: 5\\nThe correct option is")`` is
+    ``{'A': -0.4, 'B': -2.1, 'C': -3.5, 'D': -3.9}`` (rounded).
     """
     if isinstance(lm, ScoresOptions):
         scored = lm.option_logprobs(prompt, [f" {letter}" for letter in letters])

@@ -176,9 +176,10 @@ def cmd_detectiveqa(args: argparse.Namespace) -> int:
     (0; 1 when questions failed). A bad argument raises `UsageError` (or FileNotFoundError) before any
     model loads; `programs.cli.main` shows it in one line and exits 2.
 
-    >>> from programs.cli import main
-    >>> main(["detectiveqa", "--data-dir", "tests/fixtures/detectiveqa", "--n", "2"])  # doctest: +SKIP
-    0
+    For example (it loads the embedded model, so it is not run as a doctest)::
+
+        from programs.cli import main
+        main(["detectiveqa", "--data-dir", "tests/fixtures/detectiveqa", "--n", "2"])    # 0
     """
     if not args.data_dir:
         raise UsageError("--data-dir is required: the folder holding novel_data_<lang>/ and anno_data_<lang>/")

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 from dsp import LM, settings
 from dsp.evaluation import describe
+from dsp.utils import check_positive_int
 from .align import Alignment, align_reply, parse_json_reply
 from .prompt import render_prompt
 
@@ -76,8 +77,7 @@ class LMModel(HasLM):
 
     def __init__(self, lm: Any = None, max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0,
                  name: str | None = None, align: bool = True, **params: Any) -> None:
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        check_positive_int(max_tokens, "max_tokens")
         self._lm = lm
         self.max_tokens = max_tokens
         self.temperature = float(temperature)

@@ -35,6 +35,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Mapping
 
 from dsp import Example, fused_retrieval, settings
+from dsp.utils import check_positive_int
 from .data import DetectiveQAError, Novel, Question
 from .model import DetectiveQAModel, HasLM, ask_model
 from .prompt import Tokenizer, question_list, tokenizer_for, truncated_context
@@ -198,10 +199,8 @@ class RetrieveProgram(DetectiveQAProgram):
             raise ValueError(f"unknown scope {scope!r}; choose one of {', '.join(SCOPES)}")
         if fuse not in FUSIONS:
             raise ValueError(f"unknown fusion {fuse!r}; choose one of {', '.join(FUSIONS)}")
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
-        if not isinstance(q_len, int) or isinstance(q_len, bool) or q_len < 1:
-            raise ValueError(f"q_len must be a positive number of tokens, got {q_len!r}")
+        check_positive_int(k, "k")
+        check_positive_int(q_len, "q_len")
         self.novels, self.model, self.q_len, self.k = novels, model, q_len, k
         self.fuse, self.scope = fuse, scope
         self.index = index or ParagraphIndex(retriever, vectorizer)

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 import dsp
+from dsp.utils import check_nonnegative_int, check_positive_int
 from .data import LETTERS, DetectiveQAError, Novel, Question
 
 __all__ = [
@@ -95,9 +96,10 @@ class Tokenizer(Protocol):
 class LMTokenizer:
     """The tokenizer of an LM that declares one (`dsp.CountsTokens`, as dsp.LlamaCpp), named after the LM.
 
-    >>> lm = dsp.LlamaCpp()                                                 # doctest: +SKIP
-    >>> LMTokenizer(lm).name == lm.name, LMTokenizer(lm).count("Hello world")  # doctest: +SKIP
-    (True, 2)
+    For example (a model load, so not run as a doctest)::
+
+        lm = dsp.LlamaCpp()
+        LMTokenizer(lm).name == lm.name, LMTokenizer(lm).count("Hello world")    # (True, 2)
     """
 
     def __init__(self, lm: dsp.CountsTokens) -> None:
@@ -200,8 +202,7 @@ class ApproxTokenizer:
 def _check_keep(keep: str, max_tokens: int) -> None:
     if keep not in ("start", "end", "both"):
         raise ValueError(f"keep must be 'start', 'end' or 'both', got {keep!r}")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
-        raise ValueError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
+    check_nonnegative_int(max_tokens, "max_tokens")
 
 
 def tokenizer_for(lm: Any) -> Tokenizer:
@@ -260,8 +261,7 @@ def truncated_context(novel: Novel, question: Question, q_len: int, tokenizer: T
     """
     if cut not in CUTS:
         raise ValueError(f"unknown cut strategy {cut!r}; choose one of {', '.join(CUTS)}")
-    if not isinstance(q_len, int) or isinstance(q_len, bool) or q_len < 1:
-        raise ValueError(f"q_len must be a positive number of tokens, got {q_len!r}")
+    check_positive_int(q_len, "q_len")
     if cut == "answer":
         if question.answer_position is None:
             raise DetectiveQAError(question.source or question.qid, "has no answer_position, which the 'answer' cut "

@@ -148,9 +148,11 @@ def run_program(program: Any, dataset: DetectiveQASet, out: str | os.PathLike | 
     `out` is a path stem: ``<out>.eval.jsonl`` (dsp.evaluate's resumable log, headed by `run_identity`)
     and ``<out>.jsonl`` (final rows) are written next to each other. `threads`: questions at a time.
 
-    >>> program = TruncateProgram(ds.novels, LMModel(dsp.LlamaCpp()), q_len=1000)          # doctest: +SKIP
-    >>> result = run_program(program, ds, out="runs/dqa/truncate-en-human_anno")             # doctest: +SKIP
-    >>> print(summary_markdown(result.table))                                                # doctest: +SKIP
+    For example (a model load, so not run as a doctest)::
+
+        program = TruncateProgram(ds.novels, LMModel(dsp.LlamaCpp()), q_len=1000)
+        result = run_program(program, ds, out="runs/dqa/truncate-en-human_anno")
+        print(summary_markdown(result.table))
     """
     identity = run_identity(program, dataset)
     name, model = _program_name(program), identity["model"]

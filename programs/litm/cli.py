@@ -38,8 +38,8 @@ from dsp import ORDER_STRATEGIES
 from dsp.clients.specs import check_lm_spec
 from dsp.datasets import data_path, local_path
 from programs.cli.options import (
-    UsageError, add_lm, add_n, add_out, add_rm, add_seed, add_threads, existing_path, lm_spec, nonnegative_int,
-    positive_int, rm_spec,
+    Parser, UsageError, add_lm, add_n, add_out, add_rm, add_seed, add_threads, existing_path, lm_spec,
+    nonnegative_int, positive_int, rm_spec,
 )
 
 from .data import (
@@ -52,7 +52,8 @@ from .runs import Run, closedbook_run, kv_run, oracle_run, qa_run, reorder_run
 
 __all__ = [
     "add_parser", "model_tag", "paper_positions", "results_plan", "cmd_closedbook", "cmd_oracle", "cmd_qa",
-    "cmd_reorder", "cmd_kv", "cmd_data", "cmd_report", "cmd_all", "QA_N_CTX", "KV_N_CTX",
+    "cmd_reorder", "cmd_kv", "cmd_data", "cmd_report", "cmd_all", "SHARED_OPTIONS", "QA_N_CTX",
+    "KV_N_CTX",
 ]
 
 ORACLE_FILE = "litm/nq-open-oracle.jsonl.gz"
@@ -313,9 +314,18 @@ def results_plan(n: int) -> list[tuple[str, list[str]]]:
     ]
 
 
-def cmd_all(args: argparse.Namespace) -> int:
-    from programs.cli import main  # here, not at the top: programs.cli imports this module
+# What `dsp litm all` hands on to every setting as given (the rest comes from the setting's own arguments).
+SHARED_OPTIONS = ("out", "lm", "n_ctx", "lm_threads", "tag", "threads")
 
+
+def _settings_parser() -> argparse.ArgumentParser:
+    """The `dsp litm` parser: it turns a setting's arguments into that setting's namespace, defaults and all."""
+    sub = Parser(prog="dsp").add_subparsers(dest="command")
+    add_parser(sub)
+    return sub.choices["litm"]
+
+
+def cmd_all(args: argparse.Namespace) -> int:
     lm_spec(args)  # --lm, --n-ctx and --lm-threads are checked once, before any setting runs
     plan = results_plan(args.n)
     names = [name for name, _ in plan]
@@ -325,24 +335,25 @@ def cmd_all(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown setting(s) {', '.join(unknown)}; the settings are {', '.join(names)}")
     only = set(filter(None, (args.only or "").split(",")))
     skip = set(filter(None, (args.skip or "").split(",")))
-    shared = ["--out", args.out]
+    shown = ["--out", args.out]  # the equivalent command of each setting, for the log (and --dry-run)
     for option, value in (("--lm", args.lm), ("--n-ctx", args.n_ctx), ("--lm-threads", args.lm_threads),
                           ("--tag", args.tag), ("--threads", args.threads if args.threads != 1 else None)):
         if value is not None:
-            shared += [option, str(value)]
+            shown += [option, str(value)]
+    settings = _settings_parser()
     status = 0
     for name, argv in plan:
         if (only and name not in only) or name in skip:
             continue
-        command = ["litm", *argv, *shared]
-        print(f"\n### dsp {' '.join(command)}", flush=True)
+        print(f"\n### dsp litm {' '.join([*argv, *shown])}", flush=True)
         if args.dry_run:
             continue
+        setting = settings.parse_args(argv)
+        for option in SHARED_OPTIONS:
+            setattr(setting, option, getattr(args, option))
         started = time.perf_counter()
-        code = main(command)
-        if code == 130:  # interrupted: stop here (the finished prompts are saved), not at the next setting
-            return code
-        status = max(status, code)
+        # A fault (a usage error, Ctrl-C) ends the whole plan: `dsp` reports it once; a rerun resumes.
+        status = max(status, int(setting.handler(setting) or 0))
         print(f"### {name} done in {time.perf_counter() - started:.0f} s", flush=True)
     if not args.dry_run:
         status = max(status, cmd_report(argparse.Namespace(out=args.out, markdown=None, plot=None)))

@@ -5,12 +5,15 @@ of the oracle file gets its gold passage (the NQ-annotated paragraph chunk) plus
 the highest-ranked passages of a retriever that do *not* contain an answer (DPR's answer matching,
 `dsp.has_answer`), kept in retrieval order; the gold passage is inserted at index i.
 
->>> import dsp                                                                         # doctest: +SKIP
->>> oracle = read_qa_records(data_path("litm/nq-open-oracle.jsonl.gz"))[:200]         # doctest: +SKIP
->>> rm = dsp.BM25(data_path("wiki2018/passages.jsonl.gz"))                            # doctest: +SKIP
->>> retrieved = retrieve_candidates(oracle, rm, depth=100)                            # doctest: +SKIP
->>> examples = [make_qa_example(r, total_docs=20, gold_index=9) for r in retrieved]   # doctest: +SKIP
->>> write_records("nq-open-20_total_documents_gold_at_9.jsonl.gz", examples)          # doctest: +SKIP
+On the shared data (DSP_DATA_DIR), so shown as code rather than run as a doctest (the functions'
+own examples run on a few records in memory)::
+
+    import dsp
+    oracle = read_qa_records(data_path("litm/nq-open-oracle.jsonl.gz"))[:200]
+    rm = dsp.BM25(data_path("wiki2018/passages.jsonl.gz"))
+    retrieved = retrieve_candidates(oracle, rm, depth=100)
+    examples = [make_qa_example(r, total_docs=20, gold_index=9) for r in retrieved]
+    write_records("nq-open-20_total_documents_gold_at_9.jsonl.gz", examples)
 
 Records keep the paper's formats, so the paper's own files load with the same readers:
 
@@ -38,6 +41,7 @@ import dsp
 from dsp import has_answer
 from dsp.datasets import DataFileError, read_jsonl
 from dsp.litm import Document
+from dsp.utils import check_nonnegative_int, check_positive_int, is_int
 
 __all__ = [
     "QA_FILE_PATTERN", "KV_FILE_PATTERN", "read_qa_records", "read_kv_records", "write_records",
@@ -71,9 +75,15 @@ def read_qa_records(path: str | os.PathLike, limit: int | None = None) -> list[d
     """The QA records of a Lost in the Middle file (the oracle file, the paper's N-document files or
     ours), validated: question, answers and ctxs that are valid `Document`s. Errors name file and line.
 
-    >>> records = read_qa_records(data_path("litm/nq-open-oracle.jsonl.gz"), limit=5)   # doctest: +SKIP
-    >>> records[0]["question"]                                                          # doctest: +SKIP
-    'who got the first nobel prize in physics'
+    >>> import tempfile
+    >>> record = {"question": "q", "answers": ["a"], "ctxs": [{"title": "T", "text": "a", "isgold": True}]}
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     records = read_qa_records(write_records(Path(tmp) / "qa.jsonl.gz", [record, record]), limit=1)
+    >>> records == [record]
+    True
+
+    On the shared data, ``read_qa_records(data_path("litm/nq-open-oracle.jsonl.gz"))[0]["question"]`` is
+    ``'who got the first nobel prize in physics'``.
     """
     out = []
     for where, record in _records(path, limit):
@@ -96,8 +106,17 @@ def read_qa_records(path: str | os.PathLike, limit: int | None = None) -> list[d
 def read_kv_records(path: str | os.PathLike, limit: int | None = None) -> list[dict[str, Any]]:
     """The key-value records of a Lost in the Middle KV file, validated (errors name file and line).
 
-    >>> read_kv_records(data_path("litm/kv-retrieval-75_keys.jsonl.gz"), limit=1)[0]["key"]   # doctest: +SKIP
-    '...'
+    >>> import tempfile
+    >>> record = {"ordered_kv_records": [["k1", "v1"], ["k2", "v2"]], "key": "k2", "value": "v2"}
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = write_records(Path(tmp) / "kv.jsonl", [record, {**record, "value": "v1"}])
+    ...     first = read_kv_records(path, limit=1)
+    ...     try:
+    ...         read_kv_records(path)
+    ...     except DataFileError as error:
+    ...         message = str(error)
+    >>> first == [record], message.split("kv.jsonl, ")[1]
+    (True, 'line 2: the pair [key, value] is not among its ordered_kv_records')
     """
     out = []
     for where, record in _records(path, limit):
@@ -120,7 +139,13 @@ def write_records(path: str | os.PathLike, records: Iterable[Mapping[str, Any]])
     """Write `records` as JSON Lines (gzip when the name ends in .gz), atomically: a reader never sees
     half a file. JSON is written as the paper's scripts wrote it (``json.dumps`` defaults, ASCII).
 
-    >>> write_records(tmp / "x.jsonl.gz", [{"question": "q"}])                           # doctest: +SKIP
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     first = write_records(Path(tmp) / "x.jsonl.gz", [{"question": "q"}]).read_bytes()
+    ...     again = write_records(Path(tmp) / "y.jsonl.gz", [{"question": "q"}]).read_bytes()
+    ...     plain = write_records(Path(tmp) / "x.jsonl", [{"question": "q\\u00e9"}]).read_text()
+    >>> first == again, plain
+    (True, '{"question": "q\\\\u00e9"}\\n')
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -145,8 +170,7 @@ def write_records(path: str | os.PathLike, records: Iterable[Mapping[str, Any]])
 
 
 def _check_limit(limit: int | None) -> None:
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
+    check_nonnegative_int(limit, "limit", optional=True)
 
 
 # -- multi-document QA ----------------------------------------------------------------------------
@@ -182,10 +206,18 @@ def retrieve_candidates(records: Sequence[Mapping[str, Any]], rm: Any, depth: in
     DPR's matching on the passage text, isgold when it is the record's gold passage itself), plus
     `gold_original_retrieval_index`. `rm` is any dsp RM (BM25 is searched in one batch).
 
-    >>> retrieved = retrieve_candidates(oracle[:10], dsp.BM25(corpus), depth=50)           # doctest: +SKIP
+    >>> passages = [{"id": 1, "title": "Paris", "text": "Paris is the capital of France.", "score": 2.5},
+    ...             {"id": 2, "title": "Lyon", "text": "Lyon lies on the Rhone.", "score": 1.0}]
+    >>> rm = lambda question, k: passages[:k]
+    >>> record = {"question": "capital of france", "answers": ["Paris"],
+    ...           "nq_annotated_gold": {"title": "France", "chunked_long_answer": "Its capital is Paris."}}
+    >>> [retrieved] = retrieve_candidates([record], rm, depth=2)
+    >>> [(c["id"], c["score"], c["hasanswer"], c["isgold"]) for c in retrieved["ctxs"]]
+    [('1', '2.5', True, False), ('2', '1.0', False, False)]
+    >>> print(retrieved["gold_original_retrieval_index"])
+    None
     """
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"depth must be a positive integer, got {depth!r}")
+    check_positive_int(depth, "depth")
     records = list(records)
     questions = []
     for i, record in enumerate(records):
@@ -216,9 +248,9 @@ def retrieve_candidates(records: Sequence[Mapping[str, Any]], rm: Any, depth: in
 
 
 def _check_placement(total_docs: Any, gold_index: Any) -> None:
-    if isinstance(total_docs, bool) or not isinstance(total_docs, int) or total_docs < 2:
+    if not is_int(total_docs) or total_docs < 2:
         raise ValueError(f"total_docs must be an integer >= 2, got {total_docs!r}")
-    if isinstance(gold_index, bool) or not isinstance(gold_index, int) or not 0 <= gold_index < total_docs:
+    if not is_int(gold_index) or not 0 <= gold_index < total_docs:
         raise ValueError(f"gold_index must be an integer in 0..{total_docs - 1} (total_docs={total_docs}), got {gold_index!r}")
 
 
@@ -261,7 +293,15 @@ def make_qa_data(records: Sequence[Mapping[str, Any]], rm: Any, total_docs: int,
                  depth: int = 100) -> dict[int, list[dict[str, Any]]]:
     """{gold index: examples} for every index in `gold_indices`, all with the same distractors.
 
-    >>> data = make_qa_data(oracle[:200], rm, total_docs=20, gold_indices=[0, 4, 9, 14, 19])   # doctest: +SKIP
+    >>> passages = [{"id": 1, "title": "Paris", "text": "Paris is the capital of France."},
+    ...             {"id": 2, "title": "Lyon", "text": "Lyon lies on the Rhone."},
+    ...             {"id": 3, "title": "Nice", "text": "Nice is on the coast."}]
+    >>> rm = lambda question, k: passages[:k]
+    >>> record = {"question": "capital of france", "answers": ["Paris"],
+    ...           "nq_annotated_gold": {"title": "France", "chunked_long_answer": "Its capital is Paris."}}
+    >>> data = make_qa_data([record], rm, total_docs=3, gold_indices=[0, 2], depth=3)
+    >>> {g: [c["title"] for c in examples[0]["ctxs"]] for g, examples in data.items()}
+    {0: ['France', 'Lyon', 'Nice'], 2: ['Lyon', 'Nice', 'France']}
     """
     for gold_index in gold_indices:
         _check_placement(total_docs, gold_index)
@@ -332,10 +372,9 @@ def make_kv_records(num_keys: int, num_examples: int, seed: int = 0, gold_index:
     >>> [r["ordered_kv_records"][2] == [r["key"], r["value"]] for r in records]
     [True, True]
     """
-    if isinstance(num_keys, bool) or not isinstance(num_keys, int) or num_keys < 2:
+    if not is_int(num_keys) or num_keys < 2:
         raise ValueError(f"num_keys must be an integer >= 2, got {num_keys!r}")
-    if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples < 1:
-        raise ValueError(f"num_examples must be a positive integer, got {num_examples!r}")
+    check_positive_int(num_examples, "num_examples")
     rng = random.Random(seed)
     out = []
     for _ in range(num_examples):
@@ -358,7 +397,7 @@ def kv_records_with_gold_at(record: Mapping[str, Any], gold_index: int) -> list[
     [['c', '3'], ['a', '1'], ['b', '2']]
     """
     pairs = [list(pair) for pair in record["ordered_kv_records"]]
-    if isinstance(gold_index, bool) or not isinstance(gold_index, int) or not 0 <= gold_index < len(pairs):
+    if not is_int(gold_index) or not 0 <= gold_index < len(pairs):
         raise ValueError(f"gold_index must be an integer in 0..{len(pairs) - 1}, got {gold_index!r}")
     gold = [record["key"], record["value"]]
     if gold not in pairs:
@@ -375,10 +414,8 @@ def evenly_spaced_positions(n: int, count: int = 5) -> list[int]:
     >>> evenly_spaced_positions(10, 3), evenly_spaced_positions(75)
     ([0, 4, 9], [0, 17, 36, 55, 74])
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"count must be a positive integer, got {count!r}")
+    check_positive_int(n, "n")
+    check_positive_int(count, "count")
     if count == 1:
         return [0]
     return sorted({0, *(max(0, n * i // (count - 1) - 1) for i in range(1, count))})

@@ -11,9 +11,11 @@ scripts do, and writes under `out_dir`:
   model_prompt, model_documents or model_ordered_kv_records, model_answer, metric_*);
 - ``<setting>.summary.json``: accuracy per curve and gold position, timings, the model.
 
->>> from helpers import ScriptedLM                                                        # doctest: +SKIP
->>> summary = run_setting(ScriptedLM(lambda p, r: [" a"]), closedbook_run(records), "runs/x")  # doctest: +SKIP
->>> summary["curves"]["closed-book"]["accuracy"]                                          # doctest: +SKIP
+`run_setting`'s example runs a closed-book setting end to end with an LM that always answers the same;
+with the embedded model it reads (a model load, so shown, not run)::
+
+    summary = run_setting(dsp.LlamaCpp(), closedbook_run(records), "runs/litm/llamacpp")
+    summary["curves"]["closed-book"]["accuracy"]
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 from dsp import LM, ContextLengthExceeded, CountsTokens, Fields, evaluate
 from dsp.clients.retry import redact_urls
 from dsp.evaluation import describe, read_run
+from dsp.utils import check_positive_int
 
 from .data import write_records
 from .runs import Run
@@ -44,7 +47,13 @@ def check_prompts_fit(lm: LM, run: Run, max_tokens: int) -> list[int] | None:
     LlamaCpp), else None. Raises `dsp.ContextLengthExceeded` naming the longest prompt and the n_ctx it
     needs before anything is sent: prompts are never truncated.
 
-    >>> counts = check_prompts_fit(dsp.LlamaCpp(n_ctx=4096), run, max_tokens=100)   # doctest: +SKIP
+    >>> from programs.litm.runs import closedbook_run
+    >>> run = closedbook_run([{"question": "who wrote hamlet", "answers": ["Shakespeare"]}])
+    >>> print(check_prompts_fit(LM("a-server-model"), run, max_tokens=100))   # it cannot count
+    None
+
+    With LlamaCpp (a model load, so not run here), ``check_prompts_fit(dsp.LlamaCpp(n_ctx=4096), run,
+    max_tokens=100)`` is the list of the prompts' token counts.
     """
     if not isinstance(lm, CountsTokens):
         return None  # a server LM cannot count: the server itself refuses a prompt that does not fit
@@ -82,13 +91,25 @@ def run_setting(lm: LM, run: Run, out_dir: str | os.PathLike, max_tokens: int = 
     scores are the same as generating all max_tokens, for a fraction of the time. `spec` is the spec
     the LM was built from (`lm.spec`), recorded as the summary's `model` (else `lm.name`).
 
-    >>> summary = run_setting(dsp.LlamaCpp(), closedbook_run(records), "runs/litm/llamacpp")   # doctest: +SKIP
-    >>> summary["curves"]["closed-book"]["accuracy"]                                           # doctest: +SKIP
+    >>> import tempfile
+    >>> import dsp
+    >>> from programs.litm.runs import closedbook_run
+    >>> class Shakespeare(LM):  # answers every prompt the same
+    ...     provider = "example"
+    ...     def _request(self, request):
+    ...         return {"choices": [{"text": " Shakespeare", "finish_reason": "stop"}]}
+    >>> records = [{"question": "who wrote hamlet", "answers": ["Shakespeare"]},
+    ...            {"question": "who wrote faust", "answers": ["Goethe"]}]
+    >>> with tempfile.TemporaryDirectory() as tmp, dsp.settings.context(cache=False):
+    ...     summary = run_setting(Shakespeare("example"), closedbook_run(records), tmp)
+    ...     sorted(path.name for path in Path(tmp).glob("closedbook*"))
+    ['closedbook.jsonl', 'closedbook.predictions.jsonl.gz', 'closedbook.summary.json']
+    >>> summary["curves"]["closed-book"]["n"], summary["curves"]["closed-book"]["accuracy"]
+    (2, 0.5)
     """
     if not run.items:
         raise ValueError(f"{run.setting}: nothing to run (no examples)")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    check_positive_int(max_tokens, "max_tokens")
     out_dir = Path(out_dir)
     token_counts = check_prompts_fit(lm, run, max_tokens)
     params: dict[str, Any] = {"temperature": 0.0, "max_tokens": max_tokens}

@@ -39,8 +39,16 @@ def load_summaries(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """Every ``*.summary.json`` under `out_dir` (one directory per model), each tagged with its model
     directory name as ``model_dir``.
 
-    >>> [s["setting"] for s in load_summaries("runs/litm")]                        # doctest: +SKIP
-    ['closedbook', 'kv-75keys', 'oracle', 'qa-10docs', 'qa-20docs', ...]
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     for model, setting in (("gemma", "oracle"), ("gemma", "closedbook"), ("smollm2", "oracle")):
+    ...         (Path(tmp) / model).mkdir(exist_ok=True)
+    ...         _ = (Path(tmp) / model / f"{setting}.summary.json").write_text(json.dumps({"setting": setting}))
+    ...     [(s["model_dir"], s["setting"]) for s in load_summaries(tmp)]
+    [('gemma', 'closedbook'), ('gemma', 'oracle'), ('smollm2', 'oracle')]
+
+    On a finished run directory, ``[s["setting"] for s in load_summaries("runs/litm")]`` is
+    ``['closedbook', 'kv-75keys', 'oracle', 'qa-10docs', 'qa-20docs', ...]``.
     """
     root = Path(out_dir)
     if not root.is_dir():
@@ -77,7 +85,12 @@ def results_markdown(summaries: Sequence[Mapping[str, Any]]) -> str:
     """Markdown tables: reference settings, accuracy per gold position for each curve, the reordering
     experiment, and timings. Accuracies are percentages; brackets are Wilson 95% intervals.
 
-    >>> print(results_markdown(load_summaries("runs/litm")))                        # doctest: +SKIP
+    For example, ``print(results_markdown(load_summaries("runs/litm")))`` after a run (on real summaries,
+    so not run as a doctest); a closed-book setting of two questions shows as::
+
+        | setting | n | accuracy (%) | 95% CI | s / prompt | prompt tokens (mean) |
+        |---|---|---|---|---|---|
+        | closed-book | 2 | 50.0 | 9.4–90.5 | 0.0 | – |
     """
     lines: list[str] = []
     for model in sorted({s["model_dir"] for s in summaries}):
@@ -124,7 +137,9 @@ def plot_positions(summaries: Sequence[Mapping[str, Any]], path: str | os.PathLi
     as horizontal reference lines. QA and KV get one panel each when both are present. Writes a PNG.
     Raises `PlotUnavailable` without matplotlib, ValueError when no summary has per-position results.
 
-    >>> plot_positions(load_summaries("runs/litm"), "runs/litm/litm-positions.png")   # doctest: +SKIP
+    For example (matplotlib and real summaries, so not run as a doctest)::
+
+        plot_positions(load_summaries("runs/litm"), "runs/litm/litm-positions.png")
     """
     try:
         from matplotlib.figure import Figure  # no pyplot: no global backend or figure state is touched

@@ -129,10 +129,18 @@ def qa_run(examples_by_position: Mapping[int, Sequence[Mapping[str, Any]]], tota
     list with `dsp.order_passages` treating it as a relevance ranking, so the gold passage's position
     becomes its *rank* and the curve shows what reordering does to an answer retrieved at that rank.
 
-    >>> data = make_qa_data(oracle[:200], rm, total_docs=20, gold_indices=[0, 4, 9, 14, 19])   # doctest: +SKIP
-    >>> run = qa_run(data, total_docs=20)                                                     # doctest: +SKIP
-    >>> [item.id for item in run.items[:3]]                                                   # doctest: +SKIP
-    ['q0@19', 'q0@14', 'q0@9']
+    >>> from programs.litm.data import make_qa_data
+    >>> passages = [{"id": i, "title": f"T{i}", "text": f"Passage {i}."} for i in range(4)]
+    >>> record = {"question": "capital of france", "answers": ["Paris"],
+    ...           "nq_annotated_gold": {"title": "France", "chunked_long_answer": "Its capital is Paris."}}
+    >>> data = make_qa_data([record], lambda question, k: passages[:k], total_docs=3, gold_indices=[0, 2])
+    >>> run = qa_run(data, total_docs=3)
+    >>> run.setting, [item.id for item in run.items]
+    ('qa-3docs', ['q0@2', 'q0@0'])
+    >>> print(run.items[0].prompt.split("\\n\\n")[1])
+    Document [1](Title: T0) Passage 0.
+    Document [2](Title: T1) Passage 1.
+    Document [3](Title: France) Its capital is Paris.
     """
     setting = qa_setting_name(total_docs, random_order, mention_random_ordering, query_aware_contextualization, order)
     curve = f"{total_docs} docs"
@@ -206,7 +214,14 @@ def reorder_run(examples: Sequence[Mapping[str, Any]], strategies: Sequence[str]
     of `strategies` with `dsp.order_passages`. An item's position is the gold passage's relevance rank
     (0 = ranked first); `gold_at` is where the strategy put it.
 
-    >>> run = reorder_run(data[0], ["relevance", "lost_in_the_middle", "reverse"])   # doctest: +SKIP
+    >>> from programs.litm.data import make_qa_data
+    >>> passages = [{"id": i, "title": f"T{i}", "text": f"Passage {i}."} for i in range(4)]
+    >>> record = {"question": "capital of france", "answers": ["Paris"],
+    ...           "nq_annotated_gold": {"title": "France", "chunked_long_answer": "Its capital is Paris."}}
+    >>> data = make_qa_data([record], lambda question, k: passages[:k], total_docs=3, gold_indices=[0])
+    >>> run = reorder_run(data[0], ["relevance", "reverse"])   # the retriever did not return the gold: rank 2
+    >>> [(item.id, item.position, item.gold_at) for item in run.items]
+    [('q0/relevance', 2, 2), ('q0/reverse', 2, 0)]
     """
     if not examples:
         raise ValueError("reorder_run needs examples")

@@ -17,20 +17,21 @@ prompt as a user message in its own chat template (`NAMED_MODELS` declares each 
 - `client`: the `LlamaCpp` client (parameters, caching, option scoring, truncation), handing
   completions and scoring to the scheduler.
 
->>> lm = LlamaCpp()                                                   # doctest: +SKIP
->>> lm("Question: What is the capital of France?\\nAnswer:", stop=["\\n"])  # doctest: +SKIP
-[' Paris']
+For example (a model load, so shown as code, not run as a doctest)::
+
+    lm = LlamaCpp()
+    lm("Question: What is the capital of France?\\nAnswer:", stop=["\\n"])    # [' Paris']
 """
 
 from __future__ import annotations
 
-from .client import GENERATION_DEFAULTS, LlamaCpp
+from .client import GENERATION_DEFAULTS, LlamaCpp, LoadOptions
 from .model_file import (DEFAULT_MODEL_NAME, DEFAULT_MODEL_PACKAGE, NAMED_MODELS, PROMPT_FORMATS, ModelFileError,
                          NamedModel, default_model_path, file_sha256, model_dir, named_model, named_model_path)
 from .native import model_defaults_without_extra_buffers
 
 __all__ = [
-    "LlamaCpp", "ModelFileError", "model_dir", "default_model_path",
+    "LlamaCpp", "LoadOptions", "ModelFileError", "model_dir", "default_model_path",
     "model_defaults_without_extra_buffers", "file_sha256",
     "DEFAULT_MODEL_PACKAGE", "GENERATION_DEFAULTS",
     "NamedModel", "NAMED_MODELS", "DEFAULT_MODEL_NAME", "PROMPT_FORMATS", "named_model", "named_model_path",

@@ -7,9 +7,11 @@ llama-cpp-python's own Jinja2 formatter, built as `llama_cpp.Llama` builds its d
 the text is the one ``create_chat_completion`` (and llama_cpp.server without ``--chat_format``)
 tokenizes, so a chat served by `dsp.serve_lm` and one run in-process see the same tokens.
 
->>> template = ChatTemplate(native)                                  # doctest: +SKIP
->>> template.render([{"role": "user", "content": "Hi"}])[0][-36:]    # doctest: +SKIP
-'<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
+For example, with SmolLM2 loaded as `native` (so not run as a doctest)::
+
+    template = ChatTemplate(native)
+    template.render([{"role": "user", "content": "Hi"}])[0][-36:]
+    # '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ class ChatTemplate:
     The text holds the template's control tokens as markup (``<|im_start|>``...): tokenize it with
     ``special=True``. A ValueError names the file when it has no template.
 
-    >>> ChatTemplate(native).render([{"role": "user", "content": "Hi"}])[1]  # doctest: +SKIP
-    False
+    For example, ``ChatTemplate(native).render([{"role": "user", "content": "Hi"}])[1]`` is ``False``
+    for SmolLM2.
     """
 
     def __init__(self, native: NativeModel, name: str = "the model") -> None:
@@ -46,8 +48,8 @@ class ChatTemplate:
     def render(self, messages: Sequence[Mapping[str, str]]) -> tuple[str, bool]:
         """(prompt text up to the assistant's reply, whether a BOS token goes before it).
 
-        >>> template.render([{"role": "user", "content": "Hi"}])         # doctest: +SKIP
-        ('<|im_start|>system\\n...<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n', False)
+        For example, ``template.render([{"role": "user", "content": "Hi"}])`` is, for SmolLM2,
+        ``('<|im_start|>system\\n...<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n', False)``.
         """
         result = self._formatter(messages=[dict(message) for message in messages])
         # added_special: the template wrote the BOS itself (if any), so tokenizing must not add one.

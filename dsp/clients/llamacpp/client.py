@@ -5,12 +5,12 @@ at once, in shared batches), `draw.Draw` follows each completion, and every llam
 (decoding a batch, reading logits, trimming and copying the KV cache, sampling, token pieces) is a
 call on `native.NativeModel`.
 
->>> lm = LlamaCpp()                                                   # doctest: +SKIP
->>> lm("Question: What is the capital of France?\\nAnswer:", stop=["\\n"])  # doctest: +SKIP
-[' Paris']
->>> chat = LlamaCpp(model="smollm2")        # instruction-tuned: prompts go as chat  # doctest: +SKIP
->>> chat("What is the capital of France? Answer in one word.")      # doctest: +SKIP
-['Paris']
+The examples here load a model, so they are shown as code, not run as doctests::
+
+    lm = LlamaCpp()
+    lm("Question: What is the capital of France?\\nAnswer:", stop=["\\n"])    # [' Paris']
+    chat = LlamaCpp(model="smollm2")        # instruction-tuned: prompts go as chat
+    chat("What is the capital of France? Answer in one word.")               # ['Paris']
 
 Design notes (the why):
 
@@ -42,11 +42,13 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
 from ... import cache as _cache
+from ...utils import is_int as _is_int
 from ..lm import LM, ContextLengthExceeded, CountsTokens, SamplesInBatch, ScoresOptions
 from .chat import ChatTemplate
 from .model_file import (DEFAULT_MODEL_NAME, NAMED_MODELS, PROMPT_FORMATS, check_model_file, default_model_path,
@@ -54,7 +56,7 @@ from .model_file import (DEFAULT_MODEL_NAME, NAMED_MODELS, PROMPT_FORMATS, check
 from .native import NativeModel
 from .scheduler import Scheduler
 
-__all__ = ["LlamaCpp", "GENERATION_DEFAULTS", "DEFAULT_N_SEQ"]
+__all__ = ["LlamaCpp", "LoadOptions", "GENERATION_DEFAULTS", "DEFAULT_N_SEQ"]
 
 # Sequences in flight by default (each costs a KV stream of n_ctx tokens). A step decodes them in
 # llama.cpp batches of `batch_width` (measured at load: 7 on this project's AVX2 machine), so more
@@ -82,12 +84,23 @@ def _default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """The rarely changed settings of how llama.cpp loads a model (`LlamaCpp(load=...)`).
+
+    `verbose`: llama.cpp's own log on stderr. `extra_buffers`: let llama.cpp use its AMX or repacked
+    weight layouts (faster on some CPUs; the AMX path crashes on this project's machines).
+
+    >>> LoadOptions(extra_buffers=True)
+    LoadOptions(verbose=False, extra_buffers=True)
+    """
+
+    verbose: bool = False
+    extra_buffers: bool = False
 
 
 class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
@@ -105,8 +118,9 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
     single draws seed, seed+1, ..., each cached alone) and `logprobs=k` (each choice then carries
     ``{"tokens", "token_ids", "token_logprobs", "top_logprobs"}`` of the model's own distribution,
     i.e. before temperature and filtering; costs about 1 ms per generated token, nothing per prompt
-    token). `model_path` may be any GGUF file; `extra_buffers=True` lets llama.cpp use its AMX or
-    repacked weight layouts (faster on some CPUs, but the AMX path crashes on this project's machines).
+    token). `model_path` may be any GGUF file; `load=LoadOptions(extra_buffers=True)` lets llama.cpp use
+    its AMX or repacked weight layouts (faster on some CPUs, but the AMX path crashes on this project's
+    machines), `load=LoadOptions(verbose=True)` shows llama.cpp's own log.
     `flash_attn=True` uses llama.cpp's fused attention: on long prompts it evaluates faster (a 5,300-token
     prompt here: 21.9 s instead of 30.6 s on one thread); its sums run in another order, so it is part
     of the cache identity (answers may differ in the last bits).
@@ -120,23 +134,27 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
     `n_threads` defaults to the usable cores; when other work keeps those cores busy, 1 thread can be
     several times faster (llama.cpp's worker threads spin-wait for each other).
 
-    >>> lm = LlamaCpp(n_ctx=2048)                                      # doctest: +SKIP
-    >>> lm("The capital of France is", max_tokens=5, stop=["."])        # doctest: +SKIP
-    [' Paris']
-    >>> LlamaCpp(model="smollm2", n_ctx=2048).prompt_format             # doctest: +SKIP
-    'chat'
-    >>> lm.option_logprobs("The capital of France is", [" Paris", " Rome"])  # doctest: +SKIP
-    {' Paris': -1.2, ' Rome': -7.9}
+    For example (a model load, so not run here; ``lm`` in the methods' examples is this one)::
+
+        lm = LlamaCpp(n_ctx=2048)
+        lm("The capital of France is", max_tokens=5, stop=["."])                # [' the capital of the country']
+        LlamaCpp(model="smollm2", n_ctx=2048).prompt_format                     # 'chat'
+        lm.option_logprobs("The capital of France is", [" Paris", " Rome"])     # {' Paris': -2.3, ' Rome': -7.5}
     """
 
     provider = "llamacpp"
     native_n = False  # one completion per request: the base turns n>1 into seeded draws (batched, see above)
+    small = True  # the embedded models (Gemma 3 270M, SmolLM2 135M): see LM.small
     prompt_chunk = 256  # reuse granularity; see the module notes on why prompts are chunk-aligned
 
     def __init__(self, model_path: str | os.PathLike | None = None, n_ctx: int = 4096, n_threads: int | None = None,
-                 seed: int = 0, *, model: str | None = None, prompt_format: str | None = None, verbose: bool = False,
-                 extra_buffers: bool = False, flash_attn: bool = False, n_seq: int | None = None,
+                 seed: int = 0, *, model: str | None = None, prompt_format: str | None = None,
+                 flash_attn: bool = False, n_seq: int | None = None, load: LoadOptions | None = None,
                  **defaults: Any) -> None:
+        load = LoadOptions() if load is None else load
+        if not isinstance(load, LoadOptions):
+            raise TypeError(f"load must be a LoadOptions or None, got {type(load).__name__}: {load!r:.80}")
+        extra_buffers = load.extra_buffers
         if not _is_int(n_ctx) or n_ctx < 16:
             raise ValueError(f"n_ctx must be an integer >= 16, got {n_ctx!r}")
         if n_threads is not None and (not _is_int(n_threads) or n_threads < 1):
@@ -183,7 +201,7 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
         self.flash_attn = flash_attn
         n_seq = 1 if exact_alone else DEFAULT_N_SEQ if n_seq is None else n_seq
         self.n_seq = min(n_seq, self._n_batch)  # a step (one token per sequence) must fit in one batch
-        self._native: NativeModel | None = NativeModel(path, n_ctx, self.n_threads, self._n_batch, verbose,
+        self._native: NativeModel | None = NativeModel(path, n_ctx, self.n_threads, self._n_batch, load.verbose,
                                                        self.extra_buffers, flash_attn, self.n_seq)
         self._chat: ChatTemplate | None = None
         try:
@@ -262,8 +280,7 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
     def tokenize(self, text: str, add_bos: bool = False) -> list[int]:
         """Token ids of `text` (special-token markup is read as plain text). A prompt adds BOS.
 
-        >>> lm.tokenize("Hello world")                                  # doctest: +SKIP
-        [9259, 1902]
+        For example, ``lm.tokenize("Hello world")`` is ``[9259, 1902]`` (Gemma 3).
         """
         if not isinstance(text, str):
             raise TypeError(f"tokenize needs text, got {type(text).__name__}: {text!r:.80}")
@@ -274,16 +291,14 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
     def count_tokens(self, text: str) -> int:
         """How many tokens `text` takes (without the BOS a prompt adds).
 
-        >>> lm.count_tokens("Hello world")                              # doctest: +SKIP
-        2
+        For example, ``lm.count_tokens("Hello world")`` is ``2`` (Gemma 3).
         """
         return len(self.tokenize(text))
 
     def detokenize(self, ids: Sequence[int]) -> str:
         """Text of token ids (special tokens such as BOS render as nothing; broken UTF-8 is dropped).
 
-        >>> lm.detokenize(lm.tokenize("Hello world"))                  # doctest: +SKIP
-        'Hello world'
+        For example, ``lm.detokenize(lm.tokenize("Hello world"))`` is ``'Hello world'``.
         """
         ids = list(ids)
         for token in ids:
@@ -295,10 +310,8 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
         """`text` cut to at most `max_tokens` tokens: keep the "start", the "end", or "both" ends
         (joined by `separator`, whose tokens count towards the limit). Text that fits is returned as is.
 
-        >>> lm.truncate("one two three four five six", 2)                # doctest: +SKIP
-        'one two'
-        >>> lm.truncate("one two three four five six", 2, keep="end")    # doctest: +SKIP
-        ' five six'
+        For example (Gemma 3's tokens), ``lm.truncate("one two three four five six", 2)`` is
+        ``'one two'`` and ``lm.truncate("one two three four five six", 2, keep="end")`` is ``' five six'``.
         """
         if not isinstance(text, str):
             raise TypeError(f"truncate needs text, got {type(text).__name__}")
@@ -402,8 +415,8 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
         then each option's tokens; results go through the disk cache like completions. Divide by
         `count_tokens(option)` for a per-token (length-normalised) score.
 
-        >>> lm.option_logprobs("Q: 2+2=\\nA:", [" 4", " 5"])               # doctest: +SKIP
-        {' 4': -0.9, ' 5': -2.7}
+        For example, ``lm.option_logprobs("Q: 2+2=\\nA:", [" 4", " 5"])`` is
+        ``{' 4': -7.1, ' 5': -8.2}`` (rounded; Gemma 3).
         """
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError(f"option_logprobs needs a non-empty prompt, got {prompt!r:.80}")

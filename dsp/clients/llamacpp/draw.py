@@ -22,8 +22,15 @@ __all__ = ["Draw", "top_logprobs"]
 def top_logprobs(native: NativeModel, logits: Any, token: int, k: int) -> tuple[float, dict[str, float]]:
     """(log P(token), {text: log P} of the k most likely tokens) under the model's own distribution.
 
-    >>> top_logprobs(native, logits, 9259, 2)                          # doctest: +SKIP
-    (-0.12, {' Paris': -0.12, ' The': -3.1})
+    It reads only the vocabulary size and token pieces of `native`, so a stand-in shows it:
+
+    >>> import numpy as np
+    >>> from types import SimpleNamespace
+    >>> vocab = [b" Paris", b" The", b" Rome"]
+    >>> native = SimpleNamespace(n_vocab=3, piece=lambda i: vocab[i])
+    >>> logprob, best = top_logprobs(native, np.log(np.array([0.7, 0.2, 0.1], dtype=np.float32)), 2, 2)
+    >>> round(logprob, 3), {text: round(value, 3) for text, value in best.items()}
+    (-2.303, {' Paris': -0.357, ' The': -1.609})
     """
     import numpy as np
     values = logits.astype(np.float64)
@@ -42,10 +49,11 @@ class Draw:
     """One single-draw request in flight: where it is decoded (`stream`, `position`), its sampler, and
     what it has produced. `take` adds a sampled token; `response` is the finished answer.
 
-    >>> draw = Draw(request, n_prompt=len(ids))                        # doctest: +SKIP
-    >>> draw.begin(native, stream=3)                                   # doctest: +SKIP
-    >>> draw.take(native, native.sample_from(draw.chain, prompt_logits), prompt_logits)  # doctest: +SKIP
-    True
+    For example (`native` is a loaded model, so not run as a doctest)::
+
+        draw = Draw(request, n_prompt=len(ids))
+        draw.begin(native, stream=3)
+        draw.take(native, native.sample_from(draw.chain, prompt_logits), prompt_logits)   # True
     """
 
     def __init__(self, request: Mapping[str, Any], n_prompt: int) -> None:

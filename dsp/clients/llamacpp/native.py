@@ -26,9 +26,10 @@ by default, because on this project's machines (Xeon with AMX) the AMX matmul se
 multi-token batches. `model_defaults_without_extra_buffers` turns them off for any `Llama()` load
 (`dsp.serve_lm` uses it for llama_cpp.server too).
 
->>> model = NativeModel(default_model_path(), n_ctx=512, n_threads=1, n_batch=512)   # doctest: +SKIP
->>> model.detokenize(model.tokenize("Hello world", add_bos=True))                  # doctest: +SKIP
-'Hello world'
+Every example here needs a loaded model, so they are shown as code, not run as doctests::
+
+    model = NativeModel(default_model_path(), n_ctx=512, n_threads=1, n_batch=512)
+    model.detokenize(model.tokenize("Hello world", add_bos=True))     # 'Hello world'
 """
 
 from __future__ import annotations
@@ -58,8 +59,7 @@ _EXACT_WIDTHS: dict[tuple[Any, ...], tuple[int, int]] = {}
 def import_llama_cpp() -> Any:
     """The llama_cpp package, or an ImportError that says how to install it.
 
-    >>> import_llama_cpp().__name__                                   # doctest: +SKIP
-    'llama_cpp'
+    With the [local] extra installed, ``import_llama_cpp().__name__`` is ``'llama_cpp'``.
     """
     try:
         import llama_cpp
@@ -96,8 +96,10 @@ def model_defaults_without_extra_buffers(enabled: bool = True) -> Iterator[None]
     its model defaults from `llama_model_default_params` at call time, so that function is swapped
     for the duration (under a lock: loads in other threads see the same defaults).
 
-    >>> with model_defaults_without_extra_buffers():                   # doctest: +SKIP
-    ...     llm = llama_cpp.Llama(model_path="model.gguf")
+    For example (a model load, so not run here)::
+
+        with model_defaults_without_extra_buffers():
+            llm = llama_cpp.Llama(model_path="model.gguf")
     """
     llama_cpp = import_llama_cpp()
     low = llama_cpp.llama_cpp
@@ -146,7 +148,9 @@ def load_llama(path: Path, n_ctx: int, n_threads: int, n_batch: int, verbose: bo
     """A `llama_cpp.Llama` for `path` (logits of the last token only), loaded quietly unless `verbose`.
     With `n_seq` > 1 its context holds that many sequences of up to `n_ctx` tokens, one KV stream each.
 
-    >>> llm = load_llama(default_model_path(), 2048, 1, 512, verbose=False, extra_buffers=False)  # doctest: +SKIP
+    For example (a model load, so not run here)::
+
+        llm = load_llama(default_model_path(), 2048, 1, 512, verbose=False, extra_buffers=False)
     """
     llama_cpp = import_llama_cpp()
     with model_defaults_without_extra_buffers(not extra_buffers):
@@ -178,10 +182,11 @@ class NativeModel:
     (`sample_many` spreads its own work over threads). Logits are numpy float32 arrays over the
     vocabulary; a sampler is an opaque handle that must be given back to `free_sampler`.
 
-    >>> model = NativeModel(path, n_ctx=1024, n_threads=2, n_batch=512)           # doctest: +SKIP
-    >>> model.decode(model.tokenize("The sky is", add_bos=True), 0, "last")       # doctest: +SKIP
-    >>> int(model.logits().argmax()) == model.tokenize(" blue")[0]                # doctest: +SKIP
-    True
+    The examples of its methods use a loaded model, so they are shown, not run::
+
+        model = NativeModel(path, n_ctx=1024, n_threads=2, n_batch=512)
+        model.decode(model.tokenize("The sky is", add_bos=True), 0, "last")
+        int(model.logits().argmax()) == model.tokenize(" blue")[0]        # True
     """
 
     def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int, verbose: bool = False,
@@ -212,24 +217,21 @@ class NativeModel:
         """Token ids of `text`; special-token markup is read as plain text unless `special` (a prompt
         rendered by a chat template, whose markup is the model's own control tokens).
 
-        >>> model.tokenize("Hello world")                              # doctest: +SKIP
-        [9259, 1902]
+        For example, ``model.tokenize("Hello world")`` is ``[9259, 1902]`` (Gemma 3).
         """
         return list(self._llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special))
 
     def token_text(self, token: int) -> str:
         """A token's text as the vocabulary stores it (control tokens included); "" for -1 (no such token).
 
-        >>> model.token_text(model.eos)                                # doctest: +SKIP
-        '<|im_end|>'
+        For example, ``model.token_text(model.eos)`` is ``'<|im_end|>'`` (SmolLM2).
         """
         return "" if token < 0 else self._low.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
 
     def piece(self, token: int) -> bytes:
         """The bytes of one token (special tokens render as nothing), remembered per token.
 
-        >>> model.piece(9259)                                          # doctest: +SKIP
-        b'Hello'
+        For example, ``model.piece(9259)`` is ``b'Hello'`` (Gemma 3).
         """
         piece = self._pieces.get(token)
         if piece is None:
@@ -247,8 +249,7 @@ class NativeModel:
     def detokenize(self, ids: Sequence[int]) -> str:
         """Text of valid token ids (broken UTF-8 is dropped, a tokenizer's space prefix taken off).
 
-        >>> model.detokenize([9259, 1902])                             # doctest: +SKIP
-        'Hello world'
+        For example, ``model.detokenize([9259, 1902])`` is ``'Hello world'`` (Gemma 3).
         """
         text = b"".join(self.piece(t) for t in ids).decode("utf-8", errors="ignore")
         # Tokenizers that prefix a space (SentencePiece with add_space_prefix) get it back off here.
@@ -259,8 +260,7 @@ class NativeModel:
     def is_eog(self, token: int) -> bool:
         """Whether `token` ends generation (end of sequence, end of turn, ...).
 
-        >>> model.is_eog(1)                                            # doctest: +SKIP
-        True
+        For example, ``model.is_eog(1)`` is ``True`` (Gemma 3's end of sequence).
         """
         return bool(self._low.llama_vocab_is_eog(self._vocab, token))
 
@@ -277,7 +277,8 @@ class NativeModel:
         """Decode `tokens` of sequence `seq` at positions start.. ; outputs: "none", "last" or "all" rows
         of logits.
 
-        >>> model.decode([2, 9259], 0, "last")                         # doctest: +SKIP
+        For example, ``model.decode([2, 9259], 0, "last")`` decodes two tokens of sequence 0 from
+        position 0 and keeps the last one's logits.
         """
         batch = self._batch
         flag = 1 if outputs == "all" else 0
@@ -295,7 +296,8 @@ class NativeModel:
         """Decode one token for each of several sequences in one batch; logits row i is entry i's.
         Each sequence gets bit for bit the logits it would get decoded alone (see the module notes).
 
-        >>> model.decode_step([9259, 1902], [7, 12], [0, 1])           # doctest: +SKIP
+        For example, ``model.decode_step([9259, 1902], [7, 12], [0, 1])`` decodes token 9259 at
+        position 7 of sequence 0 and token 1902 at position 12 of sequence 1.
         """
         batch = self._batch
         for i, (token, position, seq) in enumerate(zip(tokens, positions, seqs)):
@@ -315,8 +317,7 @@ class NativeModel:
         3, ... ggml picks kernels by a batch's width, and past some width a sequence's numbers depend on
         the other sequences' data: both show on this project's machine (7 here).
 
-        >>> model.exact_width(16)                                      # doctest: +SKIP
-        7
+        For example, ``model.exact_width(16)`` is ``7`` on that machine.
         """
         import numpy as np
         limit = max(1, min(limit, self.n_seq, self.n_batch))
@@ -365,8 +366,7 @@ class NativeModel:
         """The logits row `index` of the last decode (-1: the last row), a view into llama.cpp's buffer:
         copy it to keep it past the next decode.
 
-        >>> model.logits().shape                                       # doctest: +SKIP
-        (262144,)
+        For example, ``model.logits().shape`` is ``(262144,)`` (Gemma 3's vocabulary).
         """
         import numpy as np
         pointer = self._low.llama_get_logits_ith(self._llm.ctx, index)
@@ -375,8 +375,7 @@ class NativeModel:
     def kv_remove_from(self, position: int, seq: int = 0) -> bool:
         """Drop sequence `seq` from `position` on (0: all of it); False when llama.cpp cannot.
 
-        >>> model.kv_remove_from(256)                                  # doctest: +SKIP
-        True
+        For example, ``model.kv_remove_from(256)`` keeps sequence 0's first 256 positions (``True``).
         """
         return bool(self._low.llama_memory_seq_rm(self._memory, seq, position, -1))
 
@@ -384,14 +383,14 @@ class NativeModel:
         """Make sequence `target` a copy of sequence `source` (llama.cpp copies the whole stream, at the
         next decode; `target`'s own cells are dropped first).
 
-        >>> model.kv_copy(0, 3)                                        # doctest: +SKIP
+        For example, ``model.kv_copy(0, 3)`` makes sequence 3 a copy of sequence 0.
         """
         self._low.llama_memory_seq_cp(self._memory, source, target, -1, -1)
 
     def kv_clear(self) -> None:
         """Empty the KV cache (every sequence).
 
-        >>> model.kv_clear()                                           # doctest: +SKIP
+        For example, ``model.kv_clear()`` before a prompt that shares nothing with the last one.
         """
         self._low.llama_memory_clear(self._memory, True)
 
@@ -400,7 +399,8 @@ class NativeModel:
     def new_sampler(self, temperature: float, top_k: int, top_p: float, min_p: float, seed: int) -> Any:
         """A sampler chain: greedy at temperature 0, else temperature, the filters and a seeded draw.
 
-        >>> chain = model.new_sampler(0.7, top_k=0, top_p=1.0, min_p=0.0, seed=3)  # doctest: +SKIP
+        For example, ``model.new_sampler(0.7, top_k=0, top_p=1.0, min_p=0.0, seed=3)``: a seeded
+        draw at temperature 0.7 with no filter.
         """
         low = self._low
         chain = low.llama_sampler_chain_init(low.llama_sampler_chain_default_params())
@@ -424,7 +424,7 @@ class NativeModel:
         """Sample with `chain` from a logits array (kept prompt logits, or a `logits()` row): what
         llama_sampler_sample does, on a candidate array of this thread's own.
 
-        >>> token = model.sample_from(chain, kept_logits)              # doctest: +SKIP
+        For example, ``token = model.sample_from(chain, kept_logits)``.
         """
         import numpy as np
         low = self._low
@@ -452,8 +452,8 @@ class NativeModel:
         array. Several chains are sampled on `n_threads` threads at once: a draw over a 262k-token
         vocabulary costs ~2.7 ms of one core, as much as a decode step shared by 10 sequences.
 
-        >>> model.sample_many([chain_a, chain_b], [0, kept_logits])    # doctest: +SKIP
-        [1902, 651]
+        For example, ``model.sample_many([chain_a, chain_b], [0, kept_logits])`` gives one token per
+        chain (``[1902, 651]``): the first from the last decode's row 0, the second from kept logits.
         """
         if len(chains) < 2 or self._n_threads < 2:  # in this thread; rows as llama_sampler_sample reads them
             return [int(self._low.llama_sampler_sample(chain, self._llm.ctx, source)) if isinstance(source, int)
@@ -472,7 +472,7 @@ class NativeModel:
     def free_sampler(self, chain: Any) -> None:
         """Free a chain made by `new_sampler` (and its parts).
 
-        >>> model.free_sampler(chain)                                  # doctest: +SKIP
+        For example, ``model.free_sampler(chain)`` once the sequence that drew with it is done.
         """
         self._low.llama_sampler_free(chain)
 
@@ -481,7 +481,7 @@ class NativeModel:
     def close(self) -> None:
         """Free the model, its context and the sampling threads now; the object is unusable afterwards.
 
-        >>> model.close()                                              # doctest: +SKIP
+        For example, ``model.close()`` when the client is closed; no method may be called afterwards.
         """
         pool, self._pool = self._pool, None
         if pool is not None:

@@ -27,9 +27,11 @@ Design notes (the why):
   forgotten anyway). An interrupt (KeyboardInterrupt) in the driving thread ends that thread's job and
   puts the other callers' unfinished draws back to start over (same seeds, so the same answers).
 
->>> scheduler = Scheduler(native, chunk=256)                          # doctest: +SKIP
->>> [r["choices"][0]["text"] for r in scheduler.generate(ids, [request, {**request, "seed": 1}])]  # doctest: +SKIP
-[' Paris', ' Lyon']
+The examples here need a loaded model (`native`), so they are shown as code, not run as doctests::
+
+    scheduler = Scheduler(native, chunk=256)
+    [r["choices"][0]["text"] for r in scheduler.generate(ids, [request, {**request, "seed": 1}])]
+    # [' Paris', ' Lyon']
 """
 
 from __future__ import annotations
@@ -88,9 +90,10 @@ class _Job:
 class Scheduler:
     """Runs draws and prompt tasks for many threads on one `NativeModel` (see the module notes).
 
-    >>> scheduler = Scheduler(native, chunk=256, width=native.exact_width(16))  # doctest: +SKIP
-    >>> scheduler.run_with_prompt(ids, lambda seq, logits: int(logits.argmax()))  # doctest: +SKIP
-    9259
+    For example (with a loaded model, so not run here)::
+
+        scheduler = Scheduler(native, chunk=256, width=native.exact_width(16))
+        scheduler.run_with_prompt(ids, lambda seq, logits: int(logits.argmax()))    # 9259
     """
 
     def __init__(self, native: NativeModel, chunk: int, width: int = 1) -> None:
@@ -111,8 +114,7 @@ class Scheduler:
         """One response per request (single draws of the prompt `ids`), decoded together with whatever
         else is running.
 
-        >>> scheduler.generate(ids, [request])[0]["choices"][0]["text"]  # doctest: +SKIP
-        ' Paris'
+        For example, ``scheduler.generate(ids, [request])[0]["choices"][0]["text"]`` is ``' Paris'``.
         """
         job = _Job(ids, [Draw(request, len(ids)) for request in requests])
         self._run(job)
@@ -122,8 +124,8 @@ class Scheduler:
         """`task(seq, prompt_logits)`, run while KV sequence `seq` holds the prompt `ids` for it alone;
         whatever the task decodes after the prompt is dropped afterwards.
 
-        >>> scheduler.run_with_prompt(ids, lambda seq, logits: float(logits.max()))  # doctest: +SKIP
-        17.2
+        For example, ``scheduler.run_with_prompt(ids, lambda seq, logits: float(logits.max()))`` is the
+        prompt's top next-token logit (``17.2``).
         """
         job = _Job(ids, task=task)
         self._run(job)
@@ -132,7 +134,8 @@ class Scheduler:
     def forget_all(self) -> None:
         """Empty the KV cache and forget every stream's prompt (waits until nothing runs).
 
-        >>> scheduler.forget_all()                                    # doctest: +SKIP
+        For example, ``scheduler.forget_all()`` before the next prompt, when no stream's prompt is worth
+        keeping.
         """
         with self._cond:
             while self._driving or self._jobs:
@@ -144,7 +147,7 @@ class Scheduler:
     def close(self) -> None:
         """Refuse new jobs and wait for the running ones (then the model may be freed).
 
-        >>> scheduler.close()                                         # doctest: +SKIP
+        For example, ``scheduler.close()`` before ``native.close()``.
         """
         with self._cond:
             self._closing = True

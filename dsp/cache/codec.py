@@ -10,7 +10,7 @@ cache written by one can be read by another; a store answers `MISS` for an absen
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 __all__ = ["CACHE_FORMAT_VERSION", "MISS", "Store", "encode_value", "readable_text"]
 
@@ -28,6 +28,7 @@ def encode_value(value: Any) -> str:
     '{"choices":[{"text":" Paris"}]}'
     """
     return _VALUE_ENCODER.encode(value)
+
 
 class Store(Protocol):
     """What `cached_call` needs of a store: `get` (a value or the miss sentinel), set-if-absent `add`,
@@ -47,8 +48,13 @@ class Store(Protocol):
 
     def close(self) -> None: ...
 
+
 def readable_text(stored: Any, text: str) -> str:
-    """The text another writer stored first, or ours when theirs is gone or unreadable (a lost race only)."""
+    """The text another writer stored first, or ours when theirs is gone or unreadable (a lost race only).
+
+    >>> readable_text(b'{"a":1}', '{"a":2}'), readable_text(b'not json', '{"a":2}')
+    ('{"a":1}', '{"a":2}')
+    """
     if isinstance(stored, bytes):
         try:
             stored = stored.decode("utf-8")

@@ -12,7 +12,7 @@ What a process killed before a commit had pending is lost, and is recomputed by 
 `multiprocessing.Pool` terminated by its ``with`` block kills its workers so). Two processes racing on
 one request may each keep their own sample (the store keeps the first committed). Hence opt-in.
 
-This module knows stores only by their `add_many(texts)`; it imports nothing of `dsp.cache`.
+This module knows stores only by their `add_many(texts)`; it imports nothing else of `dsp.cache`.
 
 >>> DEFERRED_BATCH, DEFERRED_SECONDS
 (512, 2.0)

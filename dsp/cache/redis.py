@@ -10,9 +10,11 @@ Entries carry no expiry (a run's cache is its record). Run the server with ``--m
 noeviction`` (the default) and persistence (``--appendonly yes``) when the cache matters. A password
 never travels in the URL to workers: put it in ``$DSP_CACHE_PASSWORD`` on each machine.
 
->>> store = RedisStore("redis://127.0.0.1:6379/0")             # doctest: +SKIP
->>> store.add(request_key({"q": 1}), {"a": 1}), store.get(request_key({"q": 1}))  # doctest: +SKIP
-({'a': 1}, {'a': 1})
+``RedisStore("redis://127.0.0.1:6379/0")`` connects to the server (and pings it) at once; every key it writes
+starts with
+
+>>> KEY_PREFIX
+'dsp:v1:'
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 from typing import Any, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
-from .cache_codec import CACHE_FORMAT_VERSION, MISS, encode_value, readable_text
+from .codec import CACHE_FORMAT_VERSION, MISS, encode_value, readable_text
 
 __all__ = ["RedisStore", "KEY_PREFIX", "check_url", "redact_url", "strip_password"]
 
@@ -61,7 +63,7 @@ def redact_url(url: str) -> str:
     >>> redact_url("redis://user:secret@cache:6379/2")
     'redis://***@cache:6379/2'
     """
-    from .clients.retry import redact_urls
+    from ..clients.retry import redact_urls
 
     return redact_urls(url)
 

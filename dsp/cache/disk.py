@@ -19,11 +19,11 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import diskcache
 
-from .cache_codec import MISS, Store, encode_value, readable_text
+from .codec import MISS, Store, encode_value, readable_text
 
 __all__ = ["DiskStore", "ReadOnlyDiskStore", "CacheFileError", "open_disk_store"]
 
@@ -170,7 +170,7 @@ class ReadOnlyDiskStore:
 
     >>> ReadOnlyDiskStore("/nowhere/dsp-cache")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    dsp.cache_disk.CacheFileError: cannot read the dsp cache /nowhere/dsp-cache/cache.db (...): ...
+    dsp.cache.disk.CacheFileError: cannot read the dsp cache /nowhere/dsp-cache/cache.db (...): ...
     """
 
     def __init__(self, directory: str | os.PathLike) -> None:
