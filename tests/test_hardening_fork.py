@@ -80,7 +80,7 @@ def test_a_fork_while_another_thread_holds_the_pending_lock_does_not_hang_the_ch
         pending = cache_deferred.pending_of(cache.get_store(directory))
 
         def hold():
-            with pending.lock, cache_deferred._lock, stores._stores_lock, memory._lock:
+            with pending.lock, cache_deferred._pending._lock, stores._stores_lock, memory._memories._lock:
                 held.set()
                 release.wait(30)
 

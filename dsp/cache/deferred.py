@@ -28,6 +28,8 @@ import threading
 import time
 from typing import Any
 
+from .per_store import PerStore
+
 __all__ = ["DEFERRED_BATCH", "DEFERRED_SECONDS", "Pending", "pending_of", "pending_count", "flush"]
 
 DEFERRED_BATCH = 512  # pending entries that trigger a commit
@@ -88,8 +90,6 @@ class Pending:
             return count
 
 
-_pending: dict[int, tuple[Any, Pending]] = {}
-_lock = threading.Lock()
 _exit_hook_pid: int | None = None
 
 
@@ -102,14 +102,7 @@ def pending_of(store: Any) -> Pending:
     >>> pending_of(store) is pending_of(store)
     True
     """
-    entry = _pending.get(id(store))
-    if entry is None or entry[0] is not store:  # an id is reused after a store is gone: check identity
-        with _lock:
-            entry = _pending.get(id(store))
-            if entry is None or entry[0] is not store:
-                _commit_at_child_exit()
-                entry = _pending[id(store)] = (store, Pending(store))
-    return entry[1]
+    return _pending.get(store)
 
 
 def pending_count() -> int:
@@ -118,7 +111,7 @@ def pending_count() -> int:
     >>> pending_count()
     0
     """
-    return sum(len(pending.texts) for _, pending in list(_pending.values()))
+    return sum(len(pending.texts) for pending in _pending.values())
 
 
 def flush() -> int:
@@ -129,7 +122,7 @@ def flush() -> int:
     >>> flush()
     0
     """
-    return sum(pending.flush() for _, pending in list(_pending.values()))
+    return sum(pending.flush() for pending in _pending.values())
 
 
 def _flush_at_exit() -> None:
@@ -155,14 +148,11 @@ def _commit_at_child_exit() -> None:
         util.Finalize(None, _flush_at_exit, exitpriority=10)
 
 
-def _forget_parent_entries() -> None:
-    """In a forked child: the parent's entries are the parent's to commit, and a lock another parent
-    thread held at the fork would never be released here."""
-    global _lock
-    _lock = threading.Lock()
-    _pending.clear()
+def _new_pending(store: Any) -> Pending:
+    _commit_at_child_exit()
+    return Pending(store)
 
 
+# In a forked child the parent's entries are the parent's to commit: the child starts empty.
+_pending: PerStore[Pending] = PerStore(_new_pending, forget_at_fork=True)
 atexit.register(_flush_at_exit)
-if hasattr(os, "register_at_fork"):  # POSIX only; elsewhere there is no fork
-    os.register_at_fork(after_in_child=_forget_parent_entries)

@@ -11,11 +11,11 @@ because an entry never changes once written (set-if-absent, never evicted).
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
 from .keys import SECRET_FIELDS
+from .per_store import PerStore
 
 __all__ = ["MEMORY_LIMIT", "UNFROZEN", "Memory", "freeze", "memory_of", "forget"]
 
@@ -58,18 +58,7 @@ class Memory:
                 self.size -= self.entries.pop(oldest)[1]
 
 
-_memories: dict[int, tuple[Any, Memory]] = {}
-_lock = threading.Lock()
-
-
-def _new_lock() -> None:
-    """In a forked child: a lock another parent thread held at the fork would never be released here."""
-    global _lock
-    _lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):  # POSIX only; elsewhere there is no fork
-    os.register_at_fork(after_in_child=_new_lock)
+_memories: PerStore[Memory] = PerStore(lambda store: Memory(MEMORY_LIMIT))
 
 
 def memory_of(store: Any) -> Memory:
@@ -79,13 +68,7 @@ def memory_of(store: Any) -> Memory:
     >>> memory_of(store) is memory_of(store)
     True
     """
-    entry = _memories.get(id(store))
-    if entry is None or entry[0] is not store:  # an id is reused after a store is gone: check identity
-        with _lock:
-            entry = _memories.get(id(store))
-            if entry is None or entry[0] is not store:
-                entry = _memories[id(store)] = (store, Memory(MEMORY_LIMIT))
-    return entry[1]
+    return _memories.get(store)
 
 
 def forget() -> None:

@@ -12,13 +12,13 @@ False
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
 from ..settings import settings
 from .codec import Store
 from .disk import open_disk_store
+from .per_store import ForkSafeLock
 
 __all__ = ["WRITE_MODES", "cache_enabled", "cache_url", "cache_write_mode", "cache_dir", "get_store"]
 
@@ -85,17 +85,7 @@ def cache_dir() -> Path:
 
 
 _stores: dict[tuple[str, str, int], Store] = {}
-_stores_lock = threading.Lock()
-
-
-def _new_stores_lock() -> None:
-    """In a forked child: a lock another parent thread held at the fork would never be released here."""
-    global _stores_lock
-    _stores_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):  # POSIX only; elsewhere there is no fork
-    os.register_at_fork(after_in_child=_new_stores_lock)
+_stores_lock = ForkSafeLock()
 
 
 def get_store(directory: str | os.PathLike | None = None, *, url: str | None = None) -> Store:
