@@ -63,9 +63,14 @@ setup(
             "ray>=2.9",
             "redis>=5.0",
             "ruff>=0.5",  # the lint (ruff.toml), run by tests/test_lint.py
+            "pymilvus==3.0.2",  # tests/test_milvus.py runs on Milvus Lite (no server)
+            "milvus-lite==3.2.2",
         ],
         # Beyond one machine: Ray fan-out of dsp.evaluate and a Redis-backed shared cache.
         "scale": ["ray>=2.9", "redis>=5.0"],
+        # A corpus bigger than one machine: dsp.MilvusRM, the same client on Milvus Lite (a local .db) and on a
+        # Milvus server or cluster.
+        "milvus": ["pymilvus==3.0.2", "milvus-lite==3.2.2"],
         "bench": ["rank_bm25>=0.2.2", "psutil>=5.9"],
     },
     entry_points={"console_scripts": ["dsp=programs.cli:main"]},

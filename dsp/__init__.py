@@ -55,7 +55,7 @@ __all__ = [
     "settings", "cache",
     # clients
     "LM", "RM", "Passage", "Usage", "ReplayLM", "ReplayRM", "UnrecordedRequest",
-    "OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal", "HybridRM",
+    "OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal", "HybridRM", "MilvusRM",
     "ModelFileError", "ContextLengthExceeded", "CountsTokens", "ScoresOptions", "SamplesInBatch",
     "Vectorizer", "HashingVectorizer", "E5Vectorizer", "OpenAIVectorizer",
     "RetryPolicy", "ServiceError", "RetriesExhausted", "RequestRejected",
@@ -74,7 +74,8 @@ __all__ = [
     "utils", "datasets", "stats", "__version__",
 ]
 
-_LAZY_CLIENTS = ("OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal", "HybridRM", "ModelFileError")
+_LAZY_CLIENTS = ("OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal", "HybridRM", "MilvusRM",
+                 "ModelFileError")
 
 
 def __getattr__(name: str) -> Any:

@@ -173,6 +173,7 @@ def by_turns(program: Callable[[str, Turns], dsp.Example], turns: Sequence[dsp.E
 
 
 # The family as the `dsp` command reads it: turns are evaluated together, each after its conversation's
-# earlier ones; no small-model preset is measured for it (the paper's settings are the DSP program's defaults).
+# earlier ones (so a compile holds whole conversations out); no small-model preset is measured for it (the
+# paper's settings are the DSP program's defaults).
 FAMILY = Family("conversational", PROGRAMS, PRESETS, SEARCH, MOOT, BOUNDS, demo_ks=(2, 4), main_program="dsp",
-                wrap=by_turns)
+                wrap=by_turns, group="Conversation_no")

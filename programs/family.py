@@ -54,7 +54,8 @@ class Family:
       values under which it has no effect} (never searched there);
     - `bounds`: the valid range of every numeric option (checked before any model loads);
     - `demo_ks`: how many demonstrations a compile tries; `min_pool`: the least training pool it runs on;
-    - `wrap`: None when a program answers each example alone, else how examples are evaluated together.
+    - `wrap`: None when a program answers each example alone, else how examples are evaluated together;
+      `group`: the field whose examples a compile holds out together (a conversation), or None.
 
     A family is one object, compared by identity.
     """
@@ -70,6 +71,7 @@ class Family:
     main_program: str = field(kw_only=True)
     small_preset: str | None = None
     wrap: Wrap | None = None
+    group: str | None = None
 
     def __post_init__(self) -> None:
         where = f"family {self.name}"

@@ -58,8 +58,9 @@ def fake_key() -> str:
     return "sk-test-" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(30))
 
 
-def make_lm(server: FaultServer, key: str, model_type: str = "text", policy: RetryPolicy = FAST, **kw) -> OpenAI:
-    return OpenAI("fault-model", base_url=server.url, api_key=key, model_type=model_type, timeout=CLIENT_TIMEOUT,
+def make_lm(server: FaultServer, key: str, model_type: str = "text", policy: RetryPolicy = FAST,
+            timeout: float = CLIENT_TIMEOUT, **kw) -> OpenAI:
+    return OpenAI("fault-model", base_url=server.url, api_key=key, model_type=model_type, timeout=timeout,
                   retry_policy=policy, **kw)
 
 
@@ -151,7 +152,8 @@ def test_a_429_with_retry_after_2_waits_2_seconds(header, monkeypatch):
 
 def test_openai_waits_the_retry_after_of_a_429_without_waiting_for_real(fake_key):
     with FaultServer(fault_rate=0.5, kinds=("429",), retry_after=(2.0, 2.0), seed=1) as server:
-        lm = make_lm(server, fake_key, policy=RetryPolicy(max_retries=10, base_delay=0.01))
+        # No slow faults here, so no short timeout: on a loaded machine a 0.1 s one adds a spurious retry.
+        lm = make_lm(server, fake_key, policy=RetryPolicy(max_retries=10, base_delay=0.01), timeout=10.0)
         waits: list[float] = []
         lm._retrier.sleep = waits.append  # a fake sleep: the test takes no 2 s per retry
         started = time.monotonic()
@@ -375,7 +377,7 @@ def test_short_answers_are_topped_up_to_n_with_seeds(fake_key):
         out = lm(prompt, n=3, seed=7, temperature=0.7)
         assert out == [expected_text(prompt, 7, 0), expected_text(prompt, 8, 0), expected_text(prompt, 9, 0)]
         assert [(b["n"], b["seed"]) for b in server.bodies] == [(3, 7), (2, 8), (1, 9)]
-        assert lm.usage.requests == 1 and lm.retry_stats["attempts"] == 3
+        assert lm.usage.requests == 3 and lm.retry_stats["attempts"] == 3  # three requests reached the server
         assert lm.usage.prompt_tokens == 3 * len(prompt.split()) and lm.usage.completion_tokens == 3
         assert lm(prompt, n=3, seed=7, temperature=0.7) == out and len(server.bodies) == 3  # cached as one
 

@@ -59,7 +59,7 @@ def _choices(better: float, seeds: int = 10) -> list[dsp.Compiled]:
 def test_a_better_candidate_is_found_on_nine_of_ten_seeds():
     """Level 5 is right on 50% of questions, the rest on 40%. The halving racing replaced (20/40/80
     questions, best third kept) found such a candidate on 34 of 40 seeds in bench/bench_racing.py, the
-    race on 39; here the race, at its default budget (200 evaluations a candidate), on at least 9 of 10."""
+    race on 40; here the race, at its default budget (200 evaluations a candidate), on at least 9 of 10."""
     compiled = _choices(0.50)
     found = [c.options.get("level") == 5 for c in compiled]
     assert sum(found) >= 9, [c.candidate["key"] for c in compiled]
@@ -77,7 +77,7 @@ def test_a_better_candidate_is_found_on_nine_of_ten_seeds():
 
 def test_when_every_candidate_is_alike_every_seed_chooses_the_program_as_written():
     """All twelve are 40% right: any choice is noise. Halving chose the program as written on 11 of 40
-    seeds in bench/bench_racing.py (each seed chose another program), the race on 36; here the race
+    seeds in bench/bench_racing.py (each seed chose another program), the race on 35; here the race
     calls the survivors tied and settles by its declared rule on at least 9 of 10."""
     compiled = _choices(0.40)
     assert [c.candidate["key"] for c in compiled].count("baseline") >= 9
@@ -104,7 +104,21 @@ def test_the_race_drops_only_on_evidence_and_spends_on_the_contenders():
     assert result.needed == same[0].n and result.spent <= 900
     tied = race(["as_written", "alike"], score, doubling_sizes(320), baseline="as_written", budget=900)
     assert tied.tied and tied.chosen == "as_written" and tied.rule == "2 tied: the program as written"
-    assert tied.stopped.startswith(("the next rung", "the validation part")) and tied.needed == tied.sizes[-1]
+    assert tied.stopped.startswith(("the budget of 900 is spent", "the validation part")) and tied.needed == tied.sizes[-1]
+
+
+def test_the_budget_left_when_a_rung_would_not_fit_goes_to_the_contenders():
+    """Three alike candidates, rungs 20/40/80, 200 evaluations: after 20 and 40 (120 spent) the 80-question
+    rung would cost 120 more. The race used to stop there with 80 unspent; now a last rung of 40 + 80 // 3
+    = 66 questions spends 78 of them, the same questions for each."""
+    same = {str(i): float(i % 2) for i in range(80)}
+    asked: list[tuple[str, int]] = []
+    result = race(["a", "b", "c"], lambda k, n: asked.append((k, n)) or dict(list(same.items())[:n]), [20, 40, 80],
+                  baseline="a", budget=200)
+    assert result.sizes == [20, 40, 66] and result.spent == 198 and asked[-3:] == [("a", 66), ("b", 66), ("c", 66)]
+    assert result.tied and result.chosen == "a" and result.needed == 66
+    assert result.stopped == "the budget of 200 is spent (a last rung of 66 examples for the 3 in contention)"
+    assert race(["a", "b"], lambda k, n: dict(list(same.items())[:n]), [20, 40, 80], budget=81).sizes == [20, 40]
 
 
 def test_the_tie_rule_without_the_program_as_written_takes_the_cheapest():

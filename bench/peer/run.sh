@@ -20,7 +20,7 @@ PY="$ROOT/.venv/bin/python"
 DSP="$ROOT/.venv/bin/dsp"
 DSPY_VENV="$ROOT/.venv-peer-dspy"
 
-LM="" DATASET="" N="" ONLY="" SKIP="" THREADS=2 RS_CANDIDATES=auto DSPY_SEEDS="" OUT_ROOT="$ROOT/results/peer"
+LM="" DATASET="" N="" ONLY="" SKIP="" THREADS="" RS_CANDIDATES=auto DSPY_SEEDS="" OUT_ROOT="$ROOT/results/peer"
 WORK_ROOT="$ROOT/runs/peer" PORT_BASE="" LIST=0 COMPILE_ARGS_GIVEN=""
 
 usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
@@ -146,15 +146,22 @@ log "LM $LM on :$LM_PORT, RM on :$RM_PORT, gate $GATE ($LM_SPEC)"
 FAILED=()
 TIMINGS="$W/timings.tsv"
 [[ -f "$TIMINGS" ]] || printf 'date\tunit\tn\tseconds\tstatus\n' > "$TIMINGS"
-COMMON=(--dataset "$DATASET" --split "$SPLIT" "${NARG[@]}" --threads "$THREADS" --out "$W/dsp")
+COMMON=(--dataset "$DATASET" --split "$SPLIT" "${NARG[@]}" --out "$W/dsp")
+# Client threads: 2 for a program of one LM call a question (the next request is ready when one ends), 1 for
+# the DSP program's 5 self-consistency draws: llama.cpp's server ignores n, so dsp asks for the draws one
+# request at a time, and from one thread the 4 after the first reuse the prompt the server has just read
+# (measured 2026-12-04, Gemma, the NQ compile: 0.54 s a request with 1 thread, 1.6 s with 2 interleaving).
+# --threads T sets every unit's.
+threads_for() { if [[ -n "$THREADS" ]]; then echo "$THREADS"; elif [[ "$1" == dsp:small-* || "$1" == dsp:compiled-* ]]; then echo 1; else echo 2; fi; }
 
 dsp_unit() {  # UNIT
-  local unit="$1" kind seed stem compiled before after started
+  local unit="$1" kind seed stem compiled before after started threads
+  threads="$(threads_for "$unit")"
   kind="${unit#dsp:}"; seed="${kind##*-seed}"; kind="${kind%-seed*}"
   case "$kind" in
-    vanilla) "$DSP" run vanilla "${COMMON[@]}" --lm "$LM_SPEC" --rm "$RM_SPEC" --seed "$seed" ;;
-    rtr) "$DSP" run retrieve_then_read "${COMMON[@]}" --lm "$LM_SPEC" --rm "$RM_SPEC" --seed "$seed" ;;
-    small) "$DSP" run dsp --preset small "${COMMON[@]}" --lm "$LM_SPEC" --rm "$RM_SPEC" --seed "$seed" ;;
+    vanilla) "$DSP" run vanilla "${COMMON[@]}" --threads "$threads" --lm "$LM_SPEC" --rm "$RM_SPEC" --seed "$seed" ;;
+    rtr) "$DSP" run retrieve_then_read "${COMMON[@]}" --threads "$threads" --lm "$LM_SPEC" --rm "$RM_SPEC" --seed "$seed" ;;
+    small) "$DSP" run dsp --preset small "${COMMON[@]}" --threads "$threads" --lm "$LM_SPEC" --rm "$RM_SPEC" --seed "$seed" ;;
     compiled)
       stem="$DATASET-dsp-small${COMPILE_TAG}-seed$seed"; compiled="$W/compiled/$stem.json"
       if [[ ! -f "$compiled" ]]; then
@@ -162,7 +169,7 @@ dsp_unit() {  # UNIT
         "$PY" "$HERE/peer.py" stats --gate "$GATE" > "$before"
         started=$SECONDS
         "$DSP" compile dsp --dataset "$DATASET" --preset small "${COMPILE_ARGS[@]}" --seed "$seed" --lm "$LM_SPEC" \
-          --rm "$RM_SPEC" --threads "$THREADS" --out "$compiled" || return 1
+          --rm "$RM_SPEC" --threads "$threads" --out "$compiled" || return 1
         "$PY" "$HERE/peer.py" stats --gate "$GATE" > "$after"
         "$PY" "$HERE/peer.py" compile-cost --compiled "$compiled" --before "$before" --after "$after" \
           --wall $((SECONDS - started)) --out "$W/compiled/$stem.cost.json"
@@ -171,7 +178,7 @@ dsp_unit() {  # UNIT
       cp "$compiled" "$R/compiled/"
       [[ -f "$W/compiled/$stem.cost.json" ]] && cp "$W/compiled/$stem.cost.json" "$R/dsp-compile${COMPILE_TAG}-seed$seed.cost.json"
       # The compiled program keeps the retriever it was compiled with (the gate's RM): no --rm here.
-      "$DSP" run dsp --compiled "$compiled" "${COMMON[@]}" --lm "$LM_SPEC" ;;
+      "$DSP" run dsp --compiled "$compiled" "${COMMON[@]}" --threads "$threads" --lm "$LM_SPEC" ;;
     *) echo "run.sh: unknown unit $unit" >&2; return 2 ;;
   esac
 }
@@ -190,7 +197,7 @@ dspy_unit() {  # UNIT
   fi
   # Nothing of the project on DSPy's path: its venv has only DSPy and the harness's stdlib-only config.
   PYTHONPATH="" "$DSPY_VENV/bin/python" "$HERE/dspy_side.py" --data "$W/data.json" --work "$W" --gate "$GATE" \
-    --lm "$LM" --config "$config" --seed "$seed" --threads "$THREADS" "${extra[@]}"
+    --lm "$LM" --config "$config" --seed "$seed" --threads "$(threads_for "$unit")" "${extra[@]}"
 }
 
 run_unit() { if [[ "$1" == dsp:* ]]; then dsp_unit "$1"; else dspy_unit "$1"; fi; }

@@ -19,13 +19,13 @@ __all__ = [
     "LM", "Usage", "ContextLengthExceeded", "CountsTokens", "ScoresOptions", "SamplesInBatch", "RM", "Passage", "ReplayLM", "ReplayRM", "UnrecordedRequest",
     "Vectorizer", "HashingVectorizer", "E5Vectorizer", "OpenAIVectorizer",
     "RetryPolicy", "ServiceError", "RetriesExhausted", "RequestRejected",
-    "OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal", "HybridRM", "ModelFileError",
+    "OpenAI", "GPT3", "LlamaCpp", "BM25", "DenseRM", "ColBERTv2", "ColBERTLocal", "HybridRM", "MilvusRM", "ModelFileError",
 ]
 
 # name -> module of the clients whose dependencies are heavy or optional
 _LAZY = {
     "OpenAI": "openai", "GPT3": "openai", "LlamaCpp": "llamacpp", "BM25": "bm25", "DenseRM": "dense",
-    "ColBERTv2": "colbertv2", "ColBERTLocal": "colbert_local", "HybridRM": "hybrid",
+    "ColBERTv2": "colbertv2", "ColBERTLocal": "colbert_local", "HybridRM": "hybrid", "MilvusRM": "milvus",
     "ModelFileError": "llamacpp",
 }
 

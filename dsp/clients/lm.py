@@ -66,13 +66,14 @@ class Usage:
         return {**asdict(self), "total_tokens": self.total_tokens}
 
     def add(self, usage: Mapping[str, Any], cached: bool, prices: tuple[float, float] | None = None) -> None:
-        """Count one response: its tokens if it was a real request, else one cache hit."""
+        """Count one response: its tokens and requests (`usage["requests"]` when a client needed several
+        for one call, e.g. a server that ignores n; else one) if it was real, else one cache hit."""
         if cached:
             self.cached_requests += 1
             return
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
         completion_tokens = int(usage.get("completion_tokens") or 0)
-        self.requests += 1
+        self.requests += int(usage.get("requests") or 1)
         self.prompt_tokens += prompt_tokens
         self.completion_tokens += completion_tokens
         if prices:

@@ -413,7 +413,8 @@ class OpenAI(LM):
             for key in usage:
                 usage[key] += int((data.get("usage") or {}).get(key) or 0)
             round_ += 1
-        return {"choices": choices[:n], "usage": usage}
+        # Each round is a request the server answered (and billed): counted as such, not as one call.
+        return {"choices": choices[:n], "usage": {**usage, "requests": round_}}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, model_type={self.model_type!r}, base_url={self.base_url!r})"

@@ -18,6 +18,9 @@
     hybrid:passages.jsonl.gz[,fuse=rrf]           BM25 and E5 dense over the same passages, fused
     colbert-local:index_dir,checkpoint=DIR[,collection=FILE][,ncells=N][,ndocs=N][,centroid_score_threshold=X]
                                                   a local ColBERT index, searched in-process (colbert-ai)
+    milvus:runs/wiki.db | milvus:http://host:19530[,collection=NAME][,mode=bm25|dense|hybrid][,fuse=rrf|weighted]
+           [,weight=W][,depth=N]                  a Milvus collection (Milvus Lite or a server; token from
+                                                  $MILVUS_TOKEN), built by dsp index --backend milvus
     replay:rm.jsonl                               a recorded run
 
 A spec is plain text with no credential in it, so it can travel to worker processes, which rebuild
@@ -215,6 +218,7 @@ class _Kind:
     path: str | None = None         # "file": the argument must be an existing file; "file_or_index";
                                     # "file_or_named": a file or a named llamacpp model; "dir": a directory
     check: Callable[[dict[str, str]], Any] | None = None
+    check_argument: Callable[[str], Any] | None = None  # raises ValueError for an argument the client refuses
     # option -> the values it takes, as the client that owns them declares them (read when checked)
     choices: Mapping[str, Callable[[], Sequence[str]]] = field(default_factory=dict)
 
@@ -227,6 +231,11 @@ class _Kind:
                 raise SpecError(f"{kind} spec: {key} must be {' or '.join(allowed())}, got {options[key]!r}")
         if self.argument is not None and not argument:
             raise SpecError(f"'{kind}:' needs {self.argument}, e.g. {kind}:<{self.argument.replace(' ', '-')}>")
+        if self.check_argument is not None and argument:
+            try:
+                self.check_argument(argument)
+            except ValueError as error:
+                raise SpecError(f"{kind}: {error}") from None
         if self.path == "file_or_named" and argument and argument not in _named_llamacpp_models():
             path = Path(argument).expanduser()
             if not path.is_file():
@@ -334,6 +343,54 @@ def _colbert_local(argument: str, options: dict[str, str]) -> Any:
     return ColBERTLocal(argument, **colbert_local_options(options))
 
 
+def _milvus_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """`MilvusRM` keyword arguments from a milvus spec's options, checked (mode and fuse: see `choices`).
+
+    >>> _milvus_options({"collection": "wiki", "mode": "hybrid", "weight": "0.7"})
+    {'collection': 'wiki', 'mode': 'hybrid', 'weight': 0.7}
+    """
+    from .milvus import check_collection, check_weight
+
+    kwargs: dict[str, Any] = {key: options[key] for key in ("collection", "mode", "fuse") if key in options}
+    if "weight" in options:
+        kwargs["weight"] = _float_option("milvus", "weight", options["weight"])
+    if "depth" in options:
+        kwargs["depth"] = _int_option("milvus", "depth", options["depth"])
+    try:
+        check_collection(kwargs.get("collection", "passages"))
+        check_weight(kwargs.get("weight", 0.5))
+    except ValueError as error:
+        raise SpecError(f"milvus spec: {error}") from None
+    return kwargs
+
+
+def _milvus_modes() -> Sequence[str]:
+    from .milvus import MODES
+
+    return MODES
+
+
+def _milvus_fusions() -> Sequence[str]:
+    from .milvus import FUSIONS
+
+    return FUSIONS
+
+
+def _milvus_uri(argument: str) -> None:
+    from .milvus import check_uri
+
+    check_uri(argument)
+
+
+def _milvus(argument: str, options: dict[str, str]) -> Any:
+    from .milvus import MilvusRM
+
+    try:
+        return MilvusRM(argument, **_milvus_options(options))
+    except (ConnectionError, ValueError) as error:  # no server there, no such collection, an unfinished ingest
+        raise SpecError(f"milvus: {error}") from None
+
+
 def _replay_rm(argument: str, options: dict[str, str]) -> Any:
     from .replay import ReplayRM
 
@@ -355,6 +412,9 @@ RM_KINDS: dict[str, _Kind] = {
     "replay": _Kind((), "recording path", _replay_rm, path="file"),
     "colbert-local": _Kind(_COLBERT_LOCAL_OPTIONS, "index dir", _colbert_local, path="dir",
                            check=colbert_local_options),
+    "milvus": _Kind(("collection", "mode", "fuse", "weight", "depth"), "database path or server url", _milvus,
+                    check=_milvus_options, check_argument=_milvus_uri,
+                    choices={"mode": _milvus_modes, "fuse": _milvus_fusions}),
 }
 
 

@@ -38,7 +38,8 @@ class CompileConfig:
     `bootstrap_demos` raw demos; a trace becomes a demo when its score reaches `passing` (and, with
     `require_context`, its context holds the answer); `racing` (else every candidate on the whole
     validation part), `budget` candidate-example evaluations (None: 200 a candidate when racing), the race's
-    level `alpha`; `vectorizer` ("hashing" or "e5") finds the nearest demos; `progress` shows bars."""
+    level `alpha`; `group` a field whose examples are held out together (a conversation's turns: None, each
+    alone); `vectorizer` ("hashing" or "e5") finds the nearest demos; `progress` shows bars."""
 
     space: Space = field(default_factory=Space)
     candidates: int = 8
@@ -51,6 +52,7 @@ class CompileConfig:
     budget: int | None = None
     alpha: float = 0.05
     seed: int = 0
+    group: str | None = None
     vectorizer: str = "hashing"
     progress: bool = True
 
@@ -69,6 +71,8 @@ class CompileConfig:
              "a positive number of evaluations or None"),
             (is_number(self.alpha) and 0 < self.alpha < 1, "alpha", "a level strictly between 0 and 1"),
             (_integer(self.seed, 0), "seed", "a non-negative integer"),
+            (self.group is None or (isinstance(self.group, str) and self.group != ""), "group",
+             "a field name or None"),
             (self.vectorizer in VECTORIZERS, "vectorizer", f"one of {', '.join(VECTORIZERS)}"),
             (isinstance(self.progress, bool), "progress", "True or False"),
         ]

@@ -54,13 +54,22 @@ __all__ = ["compile", "split_train", "fixed_demos", "Search", "prepare", "evalua
 BOOTSTRAPPED_KINDS = ("augmented", "gold")  # demo kinds drawn from the bootstrap's traces
 
 
-def split_train(trainset: Sequence[Example], val: int | None = None, seed: int = 0) -> tuple[list[Example], list[Example]]:
+def split_train(trainset: Sequence[Example], val: int | None = None, seed: int = 0, group: str | None = None
+                ) -> tuple[list[Example], list[Example]]:
     """(pool, validation): `val` examples (default half, 10 to 400) held out by a seeded draw, the rest
     the pool demonstrations come from; both keep the training set's order.
+
+    With `group` (a field, e.g. a conversation's number), examples sharing its value are held out together,
+    never split between the two (a turn needs its conversation's earlier turns, and a pool demo of a later
+    turn would show a validation turn's gold answer): whole groups are drawn until at least `val` are held.
 
     >>> pool, val = split_train([Example(question=str(i), answer=str(i)) for i in range(30)], val=10)
     >>> len(pool), len(val), {e.question for e in pool} & {e.question for e in val}
     (20, 10, set())
+    >>> turns = [Example(chat=c, turn=t, question=f"{c}.{t}") for c in range(6) for t in (1, 2, 3)]
+    >>> pool, val = split_train(turns, val=5, group="chat")
+    >>> len(val), sorted({e.chat for e in val}), {e.chat for e in pool} & {e.chat for e in val}
+    (6, [0, 4], set())
     """
     examples = [e if isinstance(e, Example) else Example(e) for e in trainset]
     # By default half the training set, 10 to 400: racing spends its budget on more questions as
@@ -70,8 +79,30 @@ def split_train(trainset: Sequence[Example], val: int | None = None, seed: int =
         raise ValueError(f"val must be a positive integer, got {val!r}")
     if size >= len(examples):
         raise ValueError(f"a validation part of {size} leaves no pool: the training set has {len(examples)} examples")
-    held = set(random.Random(f"compile-val-{seed}").sample(range(len(examples)), size))
+    draw = random.Random(f"compile-val-{seed}")
+    if group is None:
+        held = set(draw.sample(range(len(examples)), size))
+    else:
+        held = _held_groups(examples, size, draw, group)
     return ([e for i, e in enumerate(examples) if i not in held], [e for i, e in enumerate(examples) if i in held])
+
+
+def _held_groups(examples: list[Example], size: int, draw: random.Random, group: str) -> set[int]:
+    """The indices of whole groups (by `group`'s value), drawn in a seeded order until `size` are held."""
+    members: dict[Any, list[int]] = {}
+    for i, example in enumerate(examples):
+        if group not in example:
+            raise ValueError(f"training example {i} has no {group!r} field to hold its group out by")
+        members.setdefault(repr(example[group]), []).append(i)
+    held: set[int] = set()
+    for key in draw.sample(list(members), len(members)):
+        if len(held) >= size:
+            break
+        held.update(members[key])
+    if len(held) >= len(examples):
+        raise ValueError(f"a validation part of {size} held out by {group!r} leaves no pool: the training set "
+                         f"has {len(examples)} examples in {len(members)} groups")
+    return held
 
 
 def fixed_demos(kind: str, k: int, seed: int, augmented: list[Example], pool: list[Example]) -> list[Example]:
@@ -151,7 +182,7 @@ def prepare(program: Callable[..., Any], trainset: Sequence[Mapping[str, Any]], 
         raise ValueError(f"the search space names retrievers {unknown} that were not given in rms=")
     fixed = dict(options or {})
     start = {**_defaults(program, config.space.options), **fixed}
-    pool, heldout = split_train(trainset, config.val, config.seed)
+    pool, heldout = split_train(trainset, config.val, config.seed, config.group)
     for i, example in enumerate(heldout):
         fields.check(example, i)
     chosen = config.space.candidates(config.candidates, config.seed, fixed=start)

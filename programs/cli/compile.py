@@ -164,7 +164,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     for seed in seeds:
         # One seed: the file asked for; several: one file each, so every seed's program is kept.
         target = out if len(seeds) == 1 else out.with_name(f"{out.stem}-seed{seed}.json")
-        config = _config(args, space, seed)
+        config = _config(args, space, seed, family.group)
         if len(seeds) > 1:
             print(f"== seed {seed}" + ("" if args.dry_run else f" -> {target}"))
         if args.dry_run:
@@ -181,11 +181,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _config(args: argparse.Namespace, space: Space, seed: int) -> dsp.CompileConfig:
-    """The search and budget the arguments ask for, with `seed`."""
+def _config(args: argparse.Namespace, space: Space, seed: int, group: str | None) -> dsp.CompileConfig:
+    """The search and budget the arguments ask for, with `seed` (and the family's `group`)."""
     return dsp.CompileConfig(space=space, candidates=args.candidates, val=args.val,
                              bootstrap_limit=args.bootstrap or None, passing=args.passing, racing=not args.no_racing,
-                             budget=args.budget, alpha=args.alpha, seed=seed)
+                             budget=args.budget, alpha=args.alpha, seed=seed, group=group)
 
 
 def _compile_one(args: argparse.Namespace, task: Task, program: Callable[..., Any], options: dict[str, Any],

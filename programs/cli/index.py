@@ -1,7 +1,8 @@
-"""`dsp index` (build a BM25 or dense index from a passages file) and `dsp serve` (serve one with the
-ColBERTv2 server API, so `dsp.ColBERTv2(url)` or DSP v1's client can query it).
+"""`dsp index` (build a BM25 or dense index, or a Milvus collection, from a passages file) and `dsp serve`
+(serve one with the ColBERTv2 server API, so `dsp.ColBERTv2(url)` or DSP v1's client can query it).
 
     dsp index --passages passages.jsonl.gz --out index/ [--backend bm25|dense]
+    dsp index --backend milvus --passages passages.jsonl.gz --out runs/wiki.db[,collection=NAME][,mode=hybrid]
     dsp serve --index index/ --port 8893
 """
 
@@ -22,11 +23,14 @@ __all__ = ["add_parser", "cmd_index", "cmd_serve"]
 
 
 def add_parser(sub: Any) -> None:
-    index = sub.add_parser("index", help="build a BM25 or dense index from a passages file")
+    index = sub.add_parser("index", help="build a BM25 or dense index, or a Milvus collection, from a passages file")
     index.add_argument("--passages", required=True, type=existing_path,
                        help="a passages .jsonl(.gz) file ({id, title, text} rows)")
-    index.add_argument("--out", required=True, help="the index directory to write")
-    index.add_argument("--backend", choices=("bm25", "dense"), default="bm25", help="the index kind")
+    index.add_argument("--out", required=True,
+                       help="the index directory to write; milvus: URI[,collection=NAME][,mode=bm25|dense|hybrid][,shards=N], URI "
+                            "a Milvus Lite database (runs/wiki.db) or a server (http://host:19530, token from "
+                            "$MILVUS_TOKEN); a rerun resumes an interrupted ingest")
+    index.add_argument("--backend", choices=("bm25", "dense", "milvus"), default="bm25", help="the index kind")
     index.set_defaults(handler=cmd_index)
 
     serve_ = sub.add_parser("serve", help="serve an index with the ColBERTv2 server API",
@@ -50,6 +54,8 @@ def add_parser(sub: Any) -> None:
 
 def cmd_index(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    if args.backend == "milvus":
+        return _index_milvus(args, started)
     try:
         if args.backend == "bm25":
             from dsp import BM25
@@ -63,6 +69,31 @@ def cmd_index(args: argparse.Namespace) -> int:
         raise UsageError(f"--passages {args.passages}: {error}") from None
     rm.save(args.out)
     print(f"{args.backend} index of {args.passages} written to {args.out} in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def _index_milvus(args: argparse.Namespace, started: float) -> int:
+    from dsp import MilvusRM
+    from dsp.clients.specs import parse_spec
+
+    _, uri, options = parse_spec(f"milvus:{args.out}")
+    unknown = sorted(set(options) - {"collection", "mode", "shards"})
+    if unknown:
+        raise UsageError(f"--out {args.out}: unknown option(s) {', '.join(unknown)}; it takes collection=NAME, "
+                         "mode=bm25|dense|hybrid, shards=N")
+    try:
+        shards = positive_int(options.get("shards", "1"))
+    except argparse.ArgumentTypeError as error:
+        raise UsageError(f"--out {args.out}: shards: {error}") from None
+    try:
+        rm = MilvusRM.build(args.passages, uri, options.get("collection", "passages"), options.get("mode", "bm25"),
+                            progress=True, shards=shards)
+    except CorpusError as error:
+        raise UsageError(f"--passages {args.passages}: {error}") from None
+    except (ValueError, ConnectionError) as error:  # a bad URI or option, no server, another corpus there
+        raise UsageError(f"--out {args.out}: {error}") from None
+    print(f"milvus collection {rm.collection!r} at {uri} holds the {len(rm):,} passages of {args.passages} "
+          f"({rm.mode}); {time.perf_counter() - started:.1f} s")
     return 0
 
 

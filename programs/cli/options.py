@@ -140,7 +140,8 @@ def add_lm(parser: argparse.ArgumentParser, n_ctx_help: str = "the model's own (
 
 def add_rm(parser: argparse.ArgumentParser, default: str = "the task's own corpus") -> None:
     parser.add_argument("--rm", metavar="SPEC", default=None,
-                        help=f"the RM: bm25:FILE|DIR, dense:FILE|DIR, hybrid:FILE, colbertv2:URL, replay:FILE "
+                        help=f"the RM: bm25:FILE|DIR, dense:FILE|DIR, hybrid:FILE, colbertv2:URL, "
+                             f"milvus:FILE.db|URL[,collection=NAME], replay:FILE "
                              f"(default: $DSP_RM, else {default})")
 
 
