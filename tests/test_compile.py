@@ -196,6 +196,24 @@ def test_halving_keeps_the_program_as_written_to_the_last_rung_and_gives_it_ties
     assert same.candidate["key"] == "baseline"
 
 
+def test_seeds_that_choose_the_program_as_written_choose_the_same_program(tmp_path):
+    """The program as written draws its own demonstrations from `train`: during the race from the pool less
+    the seed's validation part (never a validation question), once chosen from the whole training set, so
+    two seeds that end in a tie return one program, not two draws of it."""
+    train = _trainset()
+    space = Space(demos=DemoSpace(kinds=("raw",), ks=(1,), selects=("random",), seeds=2))
+    chosen = []
+    with dsp.settings.context(lm=ScriptedLM(wrong_respond)):  # every candidate wrong everywhere: a tie
+        for seed in (0, 1):
+            config = dsp.CompileConfig(space=space, candidates=3, val=10, seed=seed, progress=False)
+            chosen.append(dsp.compile(reader, train, dsp.EM, config, out=tmp_path / f"seed{seed}"))
+    first, second = chosen
+    assert first.candidate["key"] == second.candidate["key"] == "baseline"
+    assert first.meta["pool"] == second.meta["pool"] == 30 and first.meta["train"] == len(first.train) == 40
+    assert [e.question for e in first.train] == [e.question for e in train] and first.digest() == second.digest()
+    assert first.meta["seed"] != second.meta["seed"]
+
+
 def test_the_program_as_written_is_searched_with_other_option_values(tmp_path):
     """Its own demonstrations are a demo choice like any other: the program as written with another option
     value is a candidate (and can win), and with the value it already has (its default, or one fixed by

@@ -321,6 +321,12 @@ def _choose(search: Search, scorer: _Scorer, outcome: Race, started: float, usag
             row["failed"] = outcome.failed[key]
     best = scorer.by_key[outcome.chosen]
     final = search.program_of(best, scorer.bootstrapped)
+    if best.demos.get("kind") == "none":
+        # It draws its own demonstrations from the `train` it is given: bound to the pool less this seed's
+        # validation part, "the program as written" would be another program on every seed (NQ: two seeds'
+        # draws shared 1 question of 16). The search is over, so it gets the whole training set the compile
+        # was given: seeds that choose it choose the same program.
+        final = replace(final, train=[e if isinstance(e, Example) else Example(e) for e in search.trainset])
     after = _usage()
     config = search.config
     bootstrap_rows = scorer.made.get("bootstrap") or []
@@ -331,7 +337,7 @@ def _choose(search: Search, scorer: _Scorer, outcome: Race, started: float, usag
             "demo_kinds": list(search.space.demos.kinds), "rungs": outcome.sizes,
             "race": {**outcome.as_dict(), "alpha": config.alpha,
                      "budget": config.budget_for(len(search.chosen), len(search.heldout))},
-            "trainset": describe(search.trainset), "seconds": round(time.perf_counter() - started, 1),
+            "trainset": describe(search.trainset), "train": len(final.train), "seconds": round(time.perf_counter() - started, 1),
             "lm_usage": {key: after[key] - usage_before.get(key, 0) for key in after},
             "rows_usage": _rows_cost(scorer.made),
             "bootstrap_errors": sum(1 for row in bootstrap_rows if row.get("error") is not None)}
@@ -355,7 +361,9 @@ def compile(program: Callable[..., Any], trainset: Sequence[Mapping[str, Any]], 
     the bootstrap and each candidate's rows go there, so a killed compile resumes without repeating what
     finished. `wrap(program, examples)` adapts a candidate to what `dsp.evaluate` calls (conversations turn
     by turn). The phases: `prepare` (checks, split, candidates, the program's contract, before any LM
-    call), the bootstrap, the race, the choice.
+    call), the bootstrap, the race, the choice. A chosen candidate that draws its own demonstrations is
+    returned with the whole `trainset` (the race gave it the pool less the validation part), so seeds that
+    choose it return the same program.
 
     >>> from dsp import DemoSpace
     >>> def reader(question, train, demos=None, know=False):  # no LM: right only when it knows
