@@ -110,6 +110,21 @@ def _mean(scores: Scores) -> float:
     return 100 * sum(scores.values()) / len(scores) if scores else 0.0
 
 
+def _check_race(keys: Sequence[str], sizes: Sequence[int], alpha: float, budget: int | None) -> None:
+    """Refuse a race that cannot run, naming the argument."""
+    if not keys:
+        raise ValueError("race needs at least one candidate")
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"race: candidate keys must be distinct, got {list(keys)}")
+    if not sizes or any(not is_int(n) or n < 1 for n in sizes) \
+            or list(sizes) != sorted(set(sizes)):
+        raise ValueError(f"race: rung sizes must be increasing positive integers, got {list(sizes)}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"race: alpha must be between 0 and 1, got {alpha!r}")
+    if budget is not None and (not is_int(budget) or budget < 1):
+        raise ValueError(f"race: budget must be a positive number of evaluations, got {budget!r}")
+
+
 def race(keys: Sequence[str], score: Callable[[str, int], Scores], sizes: Sequence[int], *,
          baseline: str | None = None, alpha: float = 0.05, budget: int | None = None,
          cost: Callable[[str], tuple[float, ...]] | None = None) -> Race:
@@ -122,17 +137,7 @@ def race(keys: Sequence[str], score: Callable[[str, int], Scores], sizes: Sequen
     candidate-example evaluations to spend (None: no limit; the first rung always runs); `cost(key)` a
     sortable cost for the tie rule (default: none, so the best score decides).
     """
-    if not keys:
-        raise ValueError("race needs at least one candidate")
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"race: candidate keys must be distinct, got {list(keys)}")
-    if not sizes or any(not is_int(n) or n < 1 for n in sizes) \
-            or list(sizes) != sorted(set(sizes)):
-        raise ValueError(f"race: rung sizes must be increasing positive integers, got {list(sizes)}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"race: alpha must be between 0 and 1, got {alpha!r}")
-    if budget is not None and (not is_int(budget) or budget < 1):
-        raise ValueError(f"race: budget must be a positive number of evaluations, got {budget!r}")
+    _check_race(keys, sizes, alpha, budget)
     order = {key: i for i, key in enumerate(keys)}
     level = alpha / len(sizes)
     alive = list(keys)
