@@ -213,3 +213,23 @@ def test_the_gate_renders_a_system_message_as_gemmas_template_does_and_the_docte
     assert config.MODELS["gemma"].merge_system and not config.MODELS["smollm2"].merge_system
     for module in (config, gate, peer):
         assert doctest.testmod(module).failed == 0, module.__name__
+
+
+def test_the_report_summarizes_each_compile_setting_over_its_seeds_apart(column, tmp_path):
+    # run.sh's compiles and a tagged trial's (or an earlier compiler's) are different settings: their seeds'
+    # mean and spread are given apart, never mixed into one.
+    data, ours = column
+    out = tmp_path / "column"
+    out.mkdir()
+    stem = data["stem"]
+    names = [f"{stem}-dsp-compiled_nq-dsp-small-seed{s}-seed0.jsonl" for s in (0, 1)]
+    names += [f"{stem}-dsp-compiled_nq-dsp-small-pre-tiefix-seed{s}-seed0.jsonl" for s in (0, 1, 2)]
+    for name in names:
+        (out / name).write_bytes(ours.read_bytes())
+    text = peer.report("gemma", "nq", out, 3)
+    summaries = [line for line in text.splitlines() if line.startswith("dsp compile over")]
+    assert len(summaries) == 2
+    assert summaries[0].startswith(f"dsp compile over 2 seeds ({stem}-dsp-compiled_nq-dsp-small):")
+    assert summaries[1].startswith(f"dsp compile over 3 seeds ({stem}-dsp-compiled_nq-dsp-small-pre-tiefix):")
+    assert "mean 33.3, sd 0.0" in summaries[1]
+    assert (out / "report.md").read_text(encoding="utf-8") == text + "\n"

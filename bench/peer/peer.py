@@ -336,12 +336,18 @@ def report(lm: str, dataset: str, out: Path, n: int | None) -> str:
     lines = [f"# {MODELS[lm].label} on {dataset} ({split_of(dataset)} split)", "",
              f"Generation on both sides: {GENERATION} (the gate fills these into any request lacking them); "
              f"gate port {column_port(lm, dataset)}.", "", "```", format_comparison(table), "```", ""]
-    compiled_runs = [run for run in table.runs if "-compiled_" in run.name]
-    if len(compiled_runs) > 1:  # each seed's compile is its own program: compare does not group them
-        scores = [run.score for run in compiled_runs]
-        lines += [f"dsp compile over {len(scores)} seeds: mean {statistics.mean(scores):.1f}, sd "
-                  f"{statistics.stdev(scores):.1f}, best {max(scores):.1f} (" +
-                  ", ".join(f"{run.name}: {run.score:.1f}" for run in compiled_runs) + ")", ""]
+    # Each seed's compile is its own program (compare does not group them); compiles of one setting (one
+    # name but for the seed: run.sh's, or a tagged trial's) are summarized together, never mixed.
+    settings: dict[str, list[Any]] = {}
+    for run in table.runs:
+        if "-compiled_" in run.name:
+            settings.setdefault(re.sub(r"-seed\d+-seed\d+$", "", run.name), []).append(run)
+    for setting, runs in settings.items():
+        if len(runs) > 1:
+            scores = [run.score for run in runs]
+            lines += [f"dsp compile over {len(scores)} seeds ({setting}): mean {statistics.mean(scores):.1f}, sd "
+                      f"{statistics.stdev(scores):.1f}, best {max(scores):.1f} (" +
+                      ", ".join(f"{run.name}: {run.score:.1f}" for run in runs) + ")", ""]
     for path in sorted((out / "compiled").glob("*.json")):
         compiled = json.loads(path.read_text(encoding="utf-8"))
         lines += [f"Search table of {path.name} (chose {compiled.get('candidate', {}).get('key')}):", "", "```",
