@@ -264,18 +264,22 @@ def compile_calls(cost: Mapping[str, Any]) -> int:
     """A compile's LM calls: the larger of its own count (cache hits included) and the requests that
     reached the LM server. dsp counts a call asking n samples as one, while llama.cpp's server answers
     one sample per request, so there the server's count is the true one; a compile resumed on a warm
-    cache reached the server less, and there its own count is.
+    cache reached the server less, and there its own count is. A compile rerun on its saved search rows
+    (a resumed search) makes no call at all: its rows still say what they cost when they ran.
 
     >>> compile_calls({"lm_usage": {"requests": 90, "cached_requests": 10}, "server": {"lm_requests": 300}})
     300
     >>> compile_calls({"lm_calls": 120, "server": {"lm_requests": 0}})
     120
+    >>> compile_calls({"lm_usage": {"requests": 0}, "rows_usage": {"requests": 3326}, "server": {"lm_requests": 0}})
+    3326
     """
     usage = cost.get("lm_usage") or {}
     own = cost.get("lm_calls")
     if own is None:
         own = int(usage.get("requests") or 0) + int(usage.get("cached_requests") or 0)
-    return max(int(own), int((cost.get("server") or {}).get("lm_requests") or 0))
+    rows = int((cost.get("rows_usage") or {}).get("requests") or 0)
+    return max(int(own), rows, int((cost.get("server") or {}).get("lm_requests") or 0))
 
 
 def matched_candidates(costs: Iterable[Path], val: int) -> int:
