@@ -233,3 +233,30 @@ def test_the_report_summarizes_each_compile_setting_over_its_seeds_apart(column,
     assert summaries[1].startswith(f"dsp compile over 3 seeds ({stem}-dsp-compiled_nq-dsp-small-pre-tiefix):")
     assert "mean 33.3, sd 0.0" in summaries[1]
     assert (out / "report.md").read_text(encoding="utf-8") == text + "\n"
+
+
+def test_a_compile_rerun_on_a_warm_cache_keeps_the_first_runs_cost(tmp_path):
+    compiled = tmp_path / "nq-dsp-small-seed0.json"
+    compiled.write_text(json.dumps({"meta": {"seed": 0, "lm_usage": {"requests": 0, "cached_requests": 0},
+                                             "rows_usage": {"requests": 3326}}}))
+    counters = {name: tmp_path / f"{name}.json" for name in ("zero", "first", "again")}
+    counters["zero"].write_text(json.dumps({"lm_requests": 0, "prompt_tokens": 0}))
+    counters["first"].write_text(json.dumps({"lm_requests": 3000, "prompt_tokens": 2_600_000}))
+    counters["again"].write_text(json.dumps({"lm_requests": 3000, "prompt_tokens": 2_600_000}))
+    out = tmp_path / "c.cost.json"
+    assert peer.main(["compile-cost", "--compiled", str(compiled), "--before", str(counters["zero"]),
+                      "--after", str(counters["first"]), "--wall", "2222", "--out", str(out)]) == 0
+    first = json.loads(out.read_text())
+    assert first["server"]["lm_requests"] == 3000 and "rerun" not in first
+    # The rerun reached the server 0 times: the first measurement stays, the rerun's goes under "rerun".
+    assert peer.main(["compile-cost", "--compiled", str(compiled), "--before", str(counters["first"]),
+                      "--after", str(counters["again"]), "--wall", "3", "--previous", str(out),
+                      "--out", str(out)]) == 0
+    kept = json.loads(out.read_text())
+    assert kept["server"]["lm_requests"] == 3000 and kept["wall_seconds"] == 2222
+    assert kept["rerun"]["server"]["lm_requests"] == 0 and kept["rerun"]["wall_seconds"] == 3
+    assert peer.compile_calls(kept) == 3326
+    # Without the earlier cost, a rerun is what it is.
+    assert peer.main(["compile-cost", "--compiled", str(compiled), "--before", str(counters["first"]),
+                      "--after", str(counters["again"]), "--wall", "3", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["server"]["lm_requests"] == 0

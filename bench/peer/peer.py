@@ -246,10 +246,22 @@ def gate_stats(gate: str) -> dict[str, Any]:
         return json.load(response)
 
 
-def compile_cost(compiled: Path, before: Mapping[str, Any], after: Mapping[str, Any], wall: float) -> dict[str, Any]:
-    """A dsp compile's cost: what it counted itself (its JSON's meta) and what the gate's servers saw."""
+def compile_cost(compiled: Path, before: Mapping[str, Any], after: Mapping[str, Any], wall: float,
+                 previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A dsp compile's cost: what it counted itself (its JSON's meta) and what the gate's servers saw.
+
+    A compile rerun on a warm cache (its compiled JSON deleted, its search rows cached) costs nothing and
+    would write zeros over the measurement of the run that paid; given the earlier cost (`previous`),
+    that measurement stays, and this invocation's goes under ``rerun``.
+
+    >>> import tempfile; c = Path(tempfile.mkdtemp()) / "c.json"; _ = c.write_text('{"meta": {"seed": 1}}')
+    >>> first = compile_cost(c, {}, {"lm_requests": 300}, 60.0)
+    >>> again = compile_cost(c, {"lm_requests": 300}, {"lm_requests": 300}, 2.0, previous=first)
+    >>> again["server"]["lm_requests"], again["rerun"]["server"]["lm_requests"], again["rerun"]["wall_seconds"]
+    (300, 0, 2.0)
+    """
     meta = json.loads(compiled.read_text(encoding="utf-8")).get("meta") or {}
-    return {
+    cost = {
         "system": "dsp", "compiled": compiled.name, "seed": meta.get("seed"), "wall_seconds": round(wall, 1),
         "lm_usage": meta.get("lm_usage"), "rows_usage": meta.get("rows_usage"),
         "server": {key: after.get(key, 0) - before.get(key, 0)
@@ -258,6 +270,12 @@ def compile_cost(compiled: Path, before: Mapping[str, Any], after: Mapping[str, 
                 "requests that reached the LM server, counted at the gate (a compile resumed on a warm cache "
                 "shows fewer); wall_seconds: this invocation",
     }
+    paid = int((cost.get("lm_usage") or {}).get("requests") or 0) + cost["server"]["lm_requests"]
+    if previous and not paid and compile_calls(previous):
+        kept = {key: value for key, value in previous.items() if key != "rerun"}
+        kept["rerun"] = {key: cost[key] for key in ("wall_seconds", "lm_usage", "server")}
+        return kept
+    return cost
 
 
 def compile_calls(cost: Mapping[str, Any]) -> int:
@@ -403,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--before", required=True, help="the gate's counters before (a JSON file)")
     p.add_argument("--after", required=True, help="... and after")
     p.add_argument("--wall", type=float, required=True)
+    p.add_argument("--previous", help="the cost of an earlier run of this compile, kept if this one made no call")
     p.add_argument("--out", required=True)
     p = sub.add_parser("matched", help="num_candidate_programs matched to dsp compile's LM calls")
     p.add_argument("--dataset", required=True)
@@ -432,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "compile-cost":
         before = json.loads(Path(args.before).read_text(encoding="utf-8"))
         after = json.loads(Path(args.after).read_text(encoding="utf-8"))
-        _write_json(Path(args.out), compile_cost(Path(args.compiled), before, after, args.wall))
+        previous = json.loads(Path(args.previous).read_text(encoding="utf-8")) if args.previous else None
+        _write_json(Path(args.out), compile_cost(Path(args.compiled), before, after, args.wall, previous))
     elif args.command == "matched":
         print(matched_candidates([Path(p) for p in args.costs], DSPY_VAL[args.dataset]))
     elif args.command == "report":

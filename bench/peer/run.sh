@@ -171,8 +171,10 @@ dsp_unit() {  # UNIT
         "$DSP" compile dsp --dataset "$DATASET" --preset small "${COMPILE_ARGS[@]}" --seed "$seed" --lm "$LM_SPEC" \
           --rm "$RM_SPEC" --threads "$threads" --out "$compiled" || return 1
         "$PY" "$HERE/peer.py" stats --gate "$GATE" > "$after"
+        local previous=()  # a rerun on a warm cache keeps the first run's measurement (peer.py compile_cost)
+        [[ -f "$W/compiled/$stem.cost.json" ]] && previous=(--previous "$W/compiled/$stem.cost.json")
         "$PY" "$HERE/peer.py" compile-cost --compiled "$compiled" --before "$before" --after "$after" \
-          --wall $((SECONDS - started)) --out "$W/compiled/$stem.cost.json"
+          --wall $((SECONDS - started)) "${previous[@]}" --out "$W/compiled/$stem.cost.json"
       fi
       mkdir -p "$R/compiled"
       cp "$compiled" "$R/compiled/"
