@@ -51,7 +51,9 @@ class Family:
     - `presets`: name -> options of `main_program` (its own defaults are the paper's); `small_preset` is
       the one an LM declaring itself small (`dsp.LM.small`) gets when none is asked for;
     - `search`: program -> option -> values `dsp compile` may try; `moot`: option -> {other option: the
-      values under which it has no effect} (never searched there);
+      values under which it has no effect} (never searched there); `free`: searched options that change no
+      LM or RM call, only how completions are read (a compile scores every candidate under each of their
+      values from the same cached calls: `dsp.Space.free`);
     - `bounds`: the valid range of every numeric option (checked before any model loads);
     - `demo_ks`: how many demonstrations a compile tries; `min_pool`: the least training pool it runs on;
     - `wrap`: None when a program answers each example alone, else how examples are evaluated together;
@@ -72,6 +74,7 @@ class Family:
     small_preset: str | None = None
     wrap: Wrap | None = None
     group: str | None = None
+    free: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         where = f"family {self.name}"
@@ -86,6 +89,9 @@ class Family:
             raise ValueError(f"{where}: search names programs it does not have: {', '.join(unknown)}")
         if not self.demo_ks or any(not is_int(k) or k < 1 for k in self.demo_ks):
             raise ValueError(f"{where}: demo_ks must be positive integers, got {self.demo_ks!r}")
+        searched = {option for options in self.search.values() for option in options}
+        if isinstance(self.free, str) or any(option not in searched for option in self.free):
+            raise ValueError(f"{where}: free must list searched options, got {self.free!r}")
         if not is_int(self.min_pool) or self.min_pool < 1:
             raise ValueError(f"{where}: min_pool must be a positive integer, got {self.min_pool!r}")
         for name in ("programs", "presets", "search", "moot", "bounds"):

@@ -17,7 +17,7 @@ from programs.self_ask import self_ask_program
 from templates.qa import hop, qa, qa_with_context, qa_with_cot, rewrite
 
 __all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "greedy_search", "PROGRAMS", "PRESETS",
-           "SEARCH", "MOOT", "BOUNDS", "FAMILY"]
+           "SEARCH", "MOOT", "FREE", "BOUNDS", "FAMILY"]
 
 
 def vanilla(question: str, train: list[dsp.Example], n_demos: int = 16,
@@ -118,6 +118,9 @@ SEARCH = {
 # Options that have no effect under another's value (one passage has one order; one sample, no vote):
 # never searched there.
 MOOT = {"order": {"k": [1]}, "extractive": {"n": [1]}}
+# Options that change no LM or RM call, only which sampled answers vote: a compile reads every candidate
+# both ways from the same cached calls and decides on the evidence of all of them (dsp.Space.free).
+FREE = ("extractive",)
 
 # The valid range of every numeric option of these programs: option -> (least, greatest), inclusive, None
 # for no bound. The `dsp` command checks --set, --preset and --search values against it before any model
@@ -134,4 +137,4 @@ BOUNDS = {
 
 # The family as the `dsp` command reads it (a compile tries 2 or 4 demonstrations).
 FAMILY = Family("multihop", PROGRAMS, PRESETS, SEARCH, MOOT, BOUNDS, demo_ks=(2, 4), main_program="dsp",
-                small_preset="small")
+                small_preset="small", free=FREE)

@@ -24,7 +24,7 @@ from programs.self_ask import self_ask_program
 from templates.qa import qa, qa_with_context, qa_with_cot
 
 __all__ = ["vanilla", "retrieve_then_read", "self_ask_program", "dsp_program", "PROGRAMS", "PRESETS", "SEARCH", "MOOT",
-           "BOUNDS", "FAMILY"]
+           "FREE", "BOUNDS", "FAMILY"]
 
 Label = Literal["predicted", "gold"]
 
@@ -138,6 +138,9 @@ SEARCH = {
 # Options that have no effect under another's value (one passage has one order; one sample, no vote):
 # never searched there.
 MOOT = {"order": {"k": [1]}, "extractive": {"n": [1]}}
+# Options that change no LM or RM call, only which sampled answers vote: a compile reads every candidate
+# both ways from the same cached calls and decides on the evidence of all of them (dsp.Space.free).
+FREE = ("extractive",)
 
 # The valid range of every numeric option of these programs: option -> (least, greatest), inclusive, None
 # for no bound. The `dsp` command checks --set, --preset and --search values against it before any model
@@ -154,4 +157,4 @@ BOUNDS = {
 
 # The family as the `dsp` command reads it (a compile tries 3, 5 or 8 demonstrations).
 FAMILY = Family("open_qa", PROGRAMS, PRESETS, SEARCH, MOOT, BOUNDS, demo_ks=(3, 5, 8), main_program="dsp",
-                small_preset="small")
+                small_preset="small", free=FREE)

@@ -260,3 +260,18 @@ def test_a_compile_rerun_on_a_warm_cache_keeps_the_first_runs_cost(tmp_path):
     assert peer.main(["compile-cost", "--compiled", str(compiled), "--before", str(counters["first"]),
                       "--after", str(counters["again"]), "--wall", "3", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["server"]["lm_requests"] == 0
+
+
+@pytest.mark.parametrize("extra, code, said", [
+    (["--compile-tag", "readings", "--compile-only"], 0, "dsp:compiled-seed2"),
+    (["--compile-tag", "new compiler"], 2, "--compile-tag takes letters, digits and _"),
+])
+def test_run_sh_takes_a_compile_tag_and_compile_only(extra, code, said):
+    """A changed compiler's files get a name of their own (-TAG); a tag that would break a file name is refused
+    before anything starts (--list: the units only, no server)."""
+    import subprocess
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "peer" / "run.sh"
+    done = subprocess.run(["bash", str(script), "--lm", "gemma", "--dataset", "squad", "--only", "dsp:compiled",
+                           *extra, "--list"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == code and said in done.stdout + done.stderr, done.stderr

@@ -264,6 +264,7 @@ def compile_cost(compiled: Path, before: Mapping[str, Any], after: Mapping[str, 
     cost = {
         "system": "dsp", "compiled": compiled.name, "seed": meta.get("seed"), "wall_seconds": round(wall, 1),
         "lm_usage": meta.get("lm_usage"), "rows_usage": meta.get("rows_usage"),
+        **({"readings_usage": meta["readings_usage"]} if meta.get("readings_usage") else {}),
         "server": {key: after.get(key, 0) - before.get(key, 0)
                    for key in ("lm_requests", "prompt_tokens", "completion_tokens", "rm_requests", "lm_errors")},
         "note": "lm_usage: the compile's own count of LM requests (cache hits apart) and tokens; server: the "
@@ -292,12 +293,23 @@ def compile_calls(cost: Mapping[str, Any]) -> int:
     >>> compile_calls({"lm_usage": {"requests": 0}, "rows_usage": {"requests": 3326}, "server": {"lm_requests": 0}})
     3326
     """
-    usage = cost.get("lm_usage") or {}
-    own = cost.get("lm_calls")
-    if own is None:
-        own = int(usage.get("requests") or 0) + int(usage.get("cached_requests") or 0)
     rows = int((cost.get("rows_usage") or {}).get("requests") or 0)
-    return max(int(own), rows, int((cost.get("server") or {}).get("lm_requests") or 0))
+    return max(own_calls(cost), rows, int((cost.get("server") or {}).get("lm_requests") or 0))
+
+
+def own_calls(cost: Mapping[str, Any]) -> int:
+    """A compile's own count of its LM calls, cache hits included, less the readings it read back from
+    the cache (`readings_usage`: a free option's other values, scored from the calls already made).
+
+    >>> own_calls({"lm_usage": {"requests": 90, "cached_requests": 110}, "readings_usage": {"cached_requests": 100}})
+    100
+    """
+    usage, read = cost.get("lm_usage") or {}, cost.get("readings_usage") or {}
+    if cost.get("lm_calls") is not None:
+        return int(cost["lm_calls"])
+    # A resumed compile's readings may count rows read before it ran: never below none.
+    return max(0, int(usage.get("requests") or 0) + int(usage.get("cached_requests") or 0)
+               - int(read.get("requests") or 0) - int(read.get("cached_requests") or 0))
 
 
 def matched_candidates(costs: Iterable[Path], val: int) -> int:
@@ -383,17 +395,15 @@ def report(lm: str, dataset: str, out: Path, n: int | None) -> str:
         lines.append("")
     costs = sorted(out.glob("*.cost.json")) + sorted((out / "dspy").glob("*.cost.json"))
     if costs:
-        lines += ["| compile | wall s | LM calls (own count) | reached the server | prompt tokens | completion tokens |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["| compile | wall s (this invocation) | LM calls (own count) | reached the server | by its rows "
+                  "(when they ran) | prompt tokens | completion tokens |", "|---|---|---|---|---|---|---|"]
         for path in costs:
             cost = json.loads(path.read_text(encoding="utf-8"))
             server = cost.get("server") or {}
-            own = cost.get("lm_calls")
-            if own is None:
-                usage = cost.get("lm_usage") or {}
-                own = int(usage.get("requests") or 0) + int(usage.get("cached_requests") or 0)
-            lines.append(f"| {path.name.removesuffix('.cost.json')} | {cost.get('wall_seconds')} | {own} | "
-                         f"{server.get('lm_requests')} | {server.get('prompt_tokens')} | {server.get('completion_tokens')} |")
+            rows = cost.get("rows_usage") or {}
+            lines.append(f"| {path.name.removesuffix('.cost.json')} | {cost.get('wall_seconds')} | {own_calls(cost)} | "
+                         f"{server.get('lm_requests')} | {rows.get('requests')} | {server.get('prompt_tokens')} | "
+                         f"{server.get('completion_tokens')} |")
         lines.append("")
     text = "\n".join(lines)
     (out / "report.md").write_text(text + "\n", encoding="utf-8")

@@ -4,11 +4,14 @@
 #
 #   bash bench/peer/run.sh --lm gemma|smollm2 --dataset nq|squad|hotpotqa [--n N] [--only P1,P2] [--skip P]
 #                          [--threads T] [--rs-candidates auto|N] [--dspy-seeds 0,1,2] [--out DIR] [--work DIR]
-#                          [--port-base P] [--compile-args "--candidates 2 --val 10 --bootstrap 4"] [--list]
+#                          [--port-base P] [--compile-args "--candidates 2 --val 10 --bootstrap 4"]
+#                          [--compile-tag NAME] [--compile-only] [--list]
 #
 # Units (see `--list`): dsp:vanilla-seed0, dsp:rtr-seed0..4, dsp:small-seed0, dsp:compiled-seed0..2 (dsp
 # compile, then dsp run --compiled), dspy:PROGRAM-OPTIMIZER-ADAPTER-seedS. --only / --skip take comma-separated
 # patterns: a unit name, a prefix of it ending at "-" (dspy:rtr_predict-labeled = both adapters) or a glob.
+# --compile-tag NAME names a compiler's files apart (-NAME in every compiled unit's file names: a changed
+# compiler never resumes or reports another's); --compile-only compiles without running the test questions.
 # Results (traces cut) go to OUT/<lm>/<dataset>/ (default results/peer), everything else (caches, full
 # rows, DSPy's raw rows, logs) to WORK/<lm>/<dataset>/ (default runs/peer). See bench/peer/README.md.
 set -euo pipefail
@@ -21,9 +24,9 @@ DSP="$ROOT/.venv/bin/dsp"
 DSPY_VENV="$ROOT/.venv-peer-dspy"
 
 LM="" DATASET="" N="" ONLY="" SKIP="" THREADS="" RS_CANDIDATES=auto DSPY_SEEDS="" OUT_ROOT="$ROOT/results/peer"
-WORK_ROOT="$ROOT/runs/peer" PORT_BASE="" LIST=0 COMPILE_ARGS_GIVEN=""
+WORK_ROOT="$ROOT/runs/peer" PORT_BASE="" LIST=0 COMPILE_ARGS_GIVEN="" COMPILE_NAME="" COMPILE_ONLY=0
 
-usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --lm) LM="$2"; shift 2 ;;
@@ -38,6 +41,8 @@ while [[ $# -gt 0 ]]; do
     --work) WORK_ROOT="$(mkdir -p "$2" && cd "$2" && pwd)"; shift 2 ;;
     --port-base) PORT_BASE="$2"; shift 2 ;;
     --compile-args) COMPILE_ARGS_GIVEN="$2"; shift 2 ;;
+    --compile-tag) COMPILE_NAME="$2"; shift 2 ;;
+    --compile-only) COMPILE_ONLY=1; shift ;;
     --list) LIST=1; shift ;;
     -h|--help) usage 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; usage ;;
@@ -48,6 +53,7 @@ cfg() { "$PY" "$HERE/config.py" "$@"; }
 cfg models | grep -x "$LM" > /dev/null || { echo "run.sh: --lm must be one of: $(cfg models | tr '\n' ' ')" >&2; exit 2; }
 case "$DATASET" in nq|squad|hotpotqa) ;; *) echo "run.sh: --dataset must be nq, squad or hotpotqa" >&2; exit 2 ;; esac
 [[ -z "$N" || "$N" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --n takes a positive integer" >&2; exit 2; }
+[[ -z "$COMPILE_NAME" || "$COMPILE_NAME" =~ ^[A-Za-z0-9_]+$ ]] || { echo "run.sh: --compile-tag takes letters, digits and _" >&2; exit 2; }
 [[ "$RS_CANDIDATES" == auto || "$RS_CANDIDATES" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --rs-candidates auto|N" >&2; exit 2; }
 
 mapfile -t UNITS < <(cfg units "$DATASET" "$DSPY_SEEDS" "$ONLY" "$SKIP")
@@ -81,6 +87,7 @@ else
   mapfile -t COMPILE_ARGS < <(cfg compile-args "$DATASET")
   COMPILE_TAG=""
 fi
+COMPILE_TAG="$COMPILE_TAG${COMPILE_NAME:+-$COMPILE_NAME}"
 log() { echo "[$(date +%H:%M:%S)] $*"; }
 
 # -- DSPy in its own venv, pinned, installed here if missing (never a dependency of the project) ----------
@@ -179,6 +186,7 @@ dsp_unit() {  # UNIT
       mkdir -p "$R/compiled"
       cp "$compiled" "$R/compiled/"
       [[ -f "$W/compiled/$stem.cost.json" ]] && cp "$W/compiled/$stem.cost.json" "$R/dsp-compile${COMPILE_TAG}-seed$seed.cost.json"
+      [[ $COMPILE_ONLY == 1 ]] && { log "   --compile-only: $compiled (no test question run)"; return 0; }
       # The compiled program keeps the retriever it was compiled with (the gate's RM): no --rm here.
       "$DSP" run dsp --compiled "$compiled" "${COMMON[@]}" --threads "$threads" --lm "$LM_SPEC" ;;
     *) echo "run.sh: unknown unit $unit" >&2; return 2 ;;

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
@@ -162,7 +162,8 @@ class Projection:
 class Plan:
     """A compile's projected cost: `rows` (the bootstrap first, when a candidate draws on it); the race's
     `rungs` within `budget` evaluations, each candidate on at most `each` examples if none is dropped,
-    `most` evaluations at most in all; how tokens were counted (`tokens`); `probe` examples probed."""
+    `most` evaluations at most in all; how tokens were counted (`tokens`); `probe` examples probed;
+    `readings`: the ways each candidate is also read from its own calls (free options), if any."""
 
     rows: list[Projection]
     rungs: list[int]
@@ -172,6 +173,7 @@ class Plan:
     racing: bool
     tokens: str
     probe: int
+    readings: list[str] = field(default_factory=list)
 
     def new_requests(self) -> int:
         """LM requests the cache does not hold, if no candidate is dropped."""
@@ -253,8 +255,9 @@ def plan(program: Callable[..., Any], trainset: Sequence[Mapping[str, Any]], met
         rows = _probe_all(search, stand_in, probe, each)
     tokens = ("counted by the LM's tokenizer" if isinstance(settings.lm, CountsTokens)
               else f"estimated at {CHARS_PER_TOKEN} characters a token")
+    readings = [search.space.reading_name(r) for r in search.space.readings(search.start)] if search.space.free else []
     return Plan(rows, rungs, search.config.budget_for(len(search.chosen), len(search.heldout)), each, most,
-                search.config.racing, tokens, probe)
+                search.config.racing, tokens, probe, readings)
 
 
 def _text(plan: Plan) -> str:
@@ -286,6 +289,9 @@ def _text(plan: Plan) -> str:
     if any(c.key.startswith(BOOTSTRAPPED_KINDS) for c in candidates):
         lines.append("Bootstrapped candidates were probed with raw demos (the bootstrap has not run): their prompts "
                      "will be longer; a kind the bootstrap finds nothing of is replaced by other candidates.")
+    if len(plan.readings) > 1:
+        lines.append(f"Each candidate is read {len(plan.readings)} ways ({', '.join(plan.readings)}) from the same calls: "
+                     f"the readings after the first cost no LM request while the cache is on.")
     if any(row.errors for row in plan.rows):
         lines.append("errors: probed examples that raised (under the stand-in too); their requests count up to the error.")
     return "\n".join(lines)

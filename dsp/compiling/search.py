@@ -9,7 +9,10 @@ only, by `dsp.evaluate` (parallel, every call cached, each candidate's rows in a
 own), in a race (`racing.py`): all candidates on the first 20 validation questions, then 40, 80, ...,
 each dropped only when the leader beats it on paired evidence (an exact one-sided sign test whose
 level bounds the chance that a leader ever drops a candidate as good as itself by `alpha`), the budget of
-evaluations spent on those still in contention. Candidates left tied are settled by a declared rule
+evaluations spent on those still in contention. An option the space declares free (`Space.free`: it
+changes no LM call, as the extractive vote) is read, not raced: every candidate is scored under each of
+its values from the calls already cached, and the value is decided on the evidence of all candidates
+together. Candidates left tied are settled by a declared rule
 (the program as written if it is among them, else the cheapest), so seeds that see a tie choose alike.
 The chosen one becomes a `Compiled` program; the table of candidates (scores, intervals, the evidence
 that dropped each) goes with it. Nothing outside the training set reaches the LM.
@@ -24,7 +27,6 @@ without calling the LM.
 
 from __future__ import annotations
 
-import inspect
 import os
 import random
 import time
@@ -44,6 +46,7 @@ from ..utils import is_int
 from .bootstrap import Wrap, bootstrap_runs, demos_of_rows
 from .compiled import Compiled, program_name
 from .config import CompileConfig
+from .contract import check_contract, signature_defaults
 from .racing import CandidateFailed, Race, doubling_sizes, race
 from .space import Candidate, Space
 from .table import table_order
@@ -181,12 +184,14 @@ def prepare(program: Callable[..., Any], trainset: Sequence[Mapping[str, Any]], 
     if unknown:
         raise ValueError(f"the search space names retrievers {unknown} that were not given in rms=")
     fixed = dict(options or {})
-    start = {**_defaults(program, config.space.options), **fixed}
+    start = {**signature_defaults(program, config.space.options), **fixed}
     pool, heldout = split_train(trainset, config.val, config.seed, config.group)
     for i, example in enumerate(heldout):
         fields.check(example, i)
     chosen = config.space.candidates(config.candidates, config.seed, fixed=start)
-    _check_contract(program, chosen, fixed)
+    # the readings too: a free option is no candidate's, but every candidate is called with it
+    read = [config.space.read(chosen[0], r, start) for r in config.space.readings(start)[1:]]
+    check_contract(program, [*chosen, *read], fixed)
     return Search(program, metric, config, fixed, start, dict(rms or {}), fields, wrap, list(trainset), pool, heldout,
                   config.space, chosen)
 
@@ -240,25 +245,50 @@ def evaluate_candidate(search: Search, candidate: Candidate, size: int, bootstra
 
 
 class _Scorer:
-    """Phase 3's bookkeeping: the race's `score` and `cost`, each candidate's table row, its per-example
-    scores (for the pairings) and the rows behind the search's cost."""
+    """Phase 3's bookkeeping: the race's `score` and `cost`, each candidate's table row (one per reading
+    when the space has free options), its per-example scores (for the pairings) and the rows behind the
+    search's cost."""
 
     def __init__(self, search: Search, bootstrapped: dict[str, list[Example]], runner: Runner | int,
                  folder: Path | None) -> None:
         self.search, self.bootstrapped, self.runner, self.folder = search, bootstrapped, runner, folder
         self.by_key = {candidate.key: candidate for candidate in search.chosen}
+        self.readings = search.space.readings(search.start) if search.space.free else []
+        self.names = [Space.reading_name(r) for r in self.readings]
+        self.program_of: dict[str, str] = {}                 # table row -> the candidate it reads
         self.table: dict[str, dict[str, Any]] = {}
-        self.per_example: dict[str, dict[str, float]] = {}  # candidate -> {validation index: score}
+        self.per_example: dict[str, dict[str, float]] = {}  # table row -> {validation index: score}
         self.made: dict[str, list[dict[str, Any]]] = {}      # the rows behind the table, whichever call ran them
         self.bar: Any = None
 
-    def score(self, key: str, size: int) -> dict[str, float]:
-        """The candidate on the first `size` validation examples (its earlier rows resume from its file)."""
-        candidate, t0 = self.by_key[key], time.perf_counter()
+    def under(self, key: str, name: str | None) -> Candidate:
+        """The candidate `key` under the reading `name` (None, or no free option: as it is)."""
+        if name is None or not self.readings:
+            return self.by_key[key]
+        return self.search.space.read(self.by_key[key], self.readings[self.names.index(name)], self.search.start)
+
+    def score(self, key: str, size: int) -> dict[str, Any]:
+        """The candidate on the first `size` validation examples (its earlier rows resume from its file);
+        with free options, {reading: scores}: one evaluation per reading, all but the first from the
+        calls the first cached (a reading moot under its options is the same row, scored once)."""
+        if not self.readings:
+            return self._score_row(self.by_key[key], key, size, count=True)
+        out: dict[str, Any] = {}
+        for i, name in enumerate(self.names):
+            candidate = self.under(key, name)
+            ran = self.table.get(candidate.key, {}).get("n") == size and candidate.key in self.program_of
+            out[name] = (self.per_example[candidate.key] if ran and i
+                         else self._score_row(candidate, key, size, count=i == 0, reading=name))
+        return out
+
+    def _score_row(self, candidate: Candidate, program: str, size: int, *, count: bool, reading: str | None = None
+                   ) -> dict[str, float]:
+        """One table row: `candidate` on the first `size` examples (`count`: its evaluations go to the bar)."""
+        key, t0 = candidate.key, time.perf_counter()
         previous = self.table.get(key, {})
         result = evaluate_candidate(self.search, candidate, size, self.bootstrapped, runner=self.runner,
                                     folder=self.folder)
-        self.made[key] = result.rows
+        self.made[key], self.program_of[key] = result.rows, program
         answered = [row for row in result.rows if row.get("error") is None]
         errors = len(result.rows) - len(answered)
         # An example that raised is no wrong answer: the score, its interval and the pairings are over the
@@ -268,8 +298,9 @@ class _Scorer:
         low, high = scored.confidence_interval() if answered else (None, None)
         self.table[key] = {**candidate.as_dict(), "n": len(result.rows), "score": scored.score if answered else None,
                            "low": low, "high": high, "rung": previous.get("rung", 0) + 1, "errors": errors,
-                           "seconds": round(previous.get("seconds", 0.0) + time.perf_counter() - t0, 1)}
-        if self.bar is not None:
+                           "seconds": round(previous.get("seconds", 0.0) + time.perf_counter() - t0, 1),
+                           **({"reading": reading} if reading is not None else {})}
+        if self.bar is not None and count:
             shown = f"{scored.score:.1f}" if answered else "failed"
             self.bar.set_postfix_str(f"{key[:30]}={shown}")
             self.bar.update(len(result.rows) - previous.get("n", 0))
@@ -280,7 +311,7 @@ class _Scorer:
 
     def cost(self, key: str) -> tuple[float, int]:
         """The tie rule's cost: LM calls per example (cached ones too: the same for every seed), then demos."""
-        rows = self.made.get(key) or [{}]
+        rows = self.made.get(self.under(key, self.names[0] if self.names else None).key) or [{}]
         calls = sum(int((r.get("usage") or {}).get("requests") or 0)
                     + int((r.get("usage") or {}).get("cached_requests") or 0) for r in rows) / len(rows)
         return round(calls, 2), int(self.by_key[key].demos.get("k") or 0)
@@ -298,7 +329,7 @@ def _race(search: Search, scorer: _Scorer) -> Race:
         scorer.bar = tqdm(total=spend, desc="compile", unit="eval")
     try:
         return race([c.key for c in search.chosen], scorer.score, sizes, baseline=search.chosen[0].key,
-                    alpha=config.alpha, budget=spend, cost=scorer.cost)
+                    alpha=config.alpha, budget=spend, cost=scorer.cost, readings=scorer.names or None)
     finally:
         if scorer.bar is not None:
             scorer.bar.close()
@@ -312,14 +343,17 @@ def _choose(search: Search, scorer: _Scorer, outcome: Race, started: float, usag
     baseline_key = search.chosen[0].key
     baseline = scorer.per_example.get(baseline_key)
     for key, row in scorer.table.items():
+        program = scorer.program_of[key]
         if baseline is not None and key != baseline_key:
             row["vs_baseline"] = paired(scorer.per_example[key], baseline)
-        row["alive"] = key in outcome.alive
-        if key in outcome.drops:
-            row["dropped"] = asdict(outcome.drops[key])
-        if key in outcome.failed:
-            row["failed"] = outcome.failed[key]
-    best = scorer.by_key[outcome.chosen]
+        # with readings, a candidate in contention is alive under the reading chosen only (a reading moot
+        # under its options is the same row)
+        row["alive"] = program in outcome.alive and scorer.under(program, outcome.reading).key == key
+        if program in outcome.drops:
+            row["dropped"] = asdict(outcome.drops[program])
+        if program in outcome.failed:
+            row["failed"] = outcome.failed[program]
+    best = scorer.under(outcome.chosen, outcome.reading)
     final = search.program_of(best, scorer.bootstrapped)
     if best.demos.get("kind") == "none":
         # It draws its own demonstrations from the `train` it is given: bound to the pool less this seed's
@@ -334,12 +368,16 @@ def _choose(search: Search, scorer: _Scorer, outcome: Race, started: float, usag
             "rm": _client_spec(search.retriever(best.rm)), "seed": config.seed,
             "pool": len(search.pool), "val": len(search.heldout), "augmented": len(scorer.bootstrapped["augmented"]),
             "gold": len(scorer.bootstrapped["gold"]), "candidates": len(search.chosen),
-            "demo_kinds": list(search.space.demos.kinds), "rungs": outcome.sizes,
+            "demo_kinds": list(search.space.demos.kinds), "rungs": outcome.sizes, "readings": scorer.names,
             "race": {**outcome.as_dict(), "alpha": config.alpha,
                      "budget": config.budget_for(len(search.chosen), len(search.heldout))},
             "trainset": describe(search.trainset), "train": len(final.train), "seconds": round(time.perf_counter() - started, 1),
             "lm_usage": {key: after[key] - usage_before.get(key, 0) for key in after},
             "rows_usage": _rows_cost(scorer.made),
+            # the readings after the first: read from the calls the first cached, counted apart (no LM call)
+            "readings_usage": _rows_cost({key: rows for key, rows in scorer.made.items()
+                                          if key in scorer.program_of and scorer.readings
+                                          and key != scorer.under(scorer.program_of[key], scorer.names[0]).key}),
             "bootstrap_errors": sum(1 for row in bootstrap_rows if row.get("error") is not None)}
     # The candidate as it was scored (its options on top of the fixed ones, its retriever), with the search.
     chosen_rm = search.retriever(best.rm) if best.rm else None
@@ -397,39 +435,6 @@ def compile(program: Callable[..., Any], trainset: Sequence[Mapping[str, Any]], 
             writer.release()
 
 
-def _check_contract(program: Callable[..., Any], chosen: Sequence[Candidate], options: Mapping[str, Any]) -> None:
-    """Refuse, before any LM call, a search the program cannot take: it is called with ``train=``, with
-    ``demos=`` by every candidate that chooses demonstrations, and with each option a candidate sets.
-
-    >>> def reader(question, train=None, k=1): ...
-    >>> _check_contract(reader, [Candidate({"kind": "raw", "k": 3, "select": "knn"})], {})
-    Traceback (most recent call last):
-        ...
-    ValueError: the program reader takes no demos= parameter, but the search tries candidates with chosen demonstrations (raw3-knn); give it one, or search DemoSpace kinds it can use
-    """
-    try:
-        parameters = inspect.signature(program).parameters
-    except (TypeError, ValueError):  # a callable Python cannot read: it is called and its errors counted
-        return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return
-    name = getattr(program, "__qualname__", None) or type(program).__name__
-    needs = {"train": "every candidate passes the training pool"}
-    with_demos = [c.key for c in chosen if c.demos.get("kind") != "none"]
-    if with_demos:
-        needs["demos"] = f"the search tries candidates with chosen demonstrations ({', '.join(with_demos[:3])})"
-    for candidate in chosen:
-        for option in candidate.options:
-            needs.setdefault(option, f"the search tries {option}= values ({candidate.key})")
-    for option in options:
-        needs.setdefault(option, f"options= fixes {option}")
-    for parameter, why in needs.items():
-        if parameter not in parameters:
-            hint = ("give it one, or search DemoSpace kinds it can use" if parameter == "demos"
-                    else "give it one" if parameter == "train" else "search or fix only options it takes")
-            raise ValueError(f"the program {name} takes no {parameter}= parameter, but {why}; {hint}")
-
-
 def _rows_cost(made: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, float]:
     """What the rows behind the search cost when they ran (a resumed compile reuses them for free): LM
     requests, tokens and seconds summed over the bootstrap's and every candidate's rows.
@@ -451,16 +456,6 @@ def _usage() -> dict[str, float]:
     lm = settings.lm
     usage = lm.usage if isinstance(lm, LM) else Usage()
     return usage.as_dict()
-
-
-def _defaults(program: Callable[..., Any], names: Sequence[str]) -> dict[str, Any]:
-    """The program's default value of each of `names` that its signature gives one."""
-    try:
-        parameters = inspect.signature(program).parameters
-    except (TypeError, ValueError):  # a callable whose signature Python cannot read: no defaults known
-        return {}
-    return {name: p.default for name, p in parameters.items()
-            if name in names and p.default is not inspect.Parameter.empty}
 
 
 def _with_train(program: Callable[..., Any], train: list[Example]) -> Callable[..., Any]:

@@ -8,6 +8,22 @@ bootstrapped traces whose context held a gold answer, labelled with it, then raw
 name of the retriever. An option can be moot under another's value (`Space.moot`: passage order when
 k=1): it is then left out, and the candidates it would have told apart are one.
 
+An option can be *free* (`Space.free`): it changes no LM or RM call, only how the program reads its
+completions (which sampled answers vote). It is no dimension of the candidates: each candidate is scored
+under every *reading* (a value of each free option) from the same cached calls, and the race decides the
+reading on the evidence of all candidates together (`racing.py`).
+
+>>> space = Space(options={"k": [1, 3], "vote": ["all", "extractive"]}, free=("vote",),
+...               demos=DemoSpace(kinds=("raw",), ks=(3,), selects=("knn",)))
+>>> written = {"k": 1, "vote": "all"}   # where every candidate starts: the program as written
+>>> [c.key for c in space.grid(written)], [space.reading_name(r) for r in space.readings(written)]
+(['baseline', 'baseline-k3', 'raw3-knn-k1', 'raw3-knn-k3'], ['voteall', 'voteextractive'])
+>>> for c in space.grid(written)[:3]:
+...     print([space.read(c, r, written).key for r in space.readings(written)])
+['baseline', 'baseline-voteextractive']
+['baseline-k3', 'baseline-k3-voteextractive']
+['raw3-knn-k1-voteall', 'raw3-knn-k1-voteextractive']
+
 >>> space = Space(options={"k": [1, 3]}, demos=DemoSpace(kinds=("raw",), ks=(3,), selects=("random",)))
 >>> [c.key for c in space.candidates(4, seed=0)]
 ['baseline', 'baseline-k3', 'raw3-random0-k3', 'raw3-random1-k1']
@@ -113,6 +129,8 @@ class Space:
     rms: Sequence[str] = ()
     # option -> {other option: its values under which this one has no effect}, e.g. {"order": {"k": [1]}}
     moot: Mapping[str, Mapping[str, Sequence[Any]]] = field(default_factory=dict)
+    # options that change no LM or RM call, only how completions are read: readings, not candidates
+    free: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         for name, values in self.options.items():
@@ -122,6 +140,9 @@ class Space:
             if not isinstance(when, Mapping) or not when or any(
                     isinstance(v, (str, bytes)) or not isinstance(v, Sequence) for v in when.values()):
                 raise ValueError(f"search space moot[{name!r}]: give {{option: [values]}}, got {when!r}")
+        if isinstance(self.free, (str, bytes)) or any(name not in self.options for name in self.free):
+            raise ValueError(f"search space free: give a list of searched options, got {self.free!r} "
+                             f"(searched: {sorted(self.options)})")
 
     def _relevant(self, options: Mapping[str, Any], fixed: Mapping[str, Any]) -> dict[str, Any]:
         """`options` without those made moot by another value (searched, or fixed for every candidate)."""
@@ -149,7 +170,7 @@ class Space:
         ['baseline', 'raw3-knn']
         """
         fixed = dict(fixed or {})
-        names = sorted(self.options)
+        names = sorted(n for n in self.options if n not in self.free)
         option_sets = [self._relevant(dict(zip(names, values)), fixed)
                        for values in itertools.product(*(self.options[n] for n in names))]
         rms: Sequence[str | None] = [None, *self.rms]  # None: the current RM, as the program was written for
@@ -164,6 +185,33 @@ class Space:
                 seen.add(candidate.key)
                 out.append(candidate)
         return out
+
+    def readings(self, fixed: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Every combination of the free options' values, the program as written's first (a value in
+        `fixed`, the options every candidate starts from, else the first listed); [{}] when none is free."""
+        fixed = dict(fixed or {})
+        names = sorted(self.free)
+        values = []
+        for name in names:
+            written = fixed[name] if name in fixed else self.options[name][0]
+            values.append([written, *(v for v in self.options[name] if not _same(v, written))])
+        return [dict(zip(names, combination)) for combination in itertools.product(*values)]
+
+    @staticmethod
+    def reading_name(reading: Mapping[str, Any]) -> str:
+        """A reading's short name, as in a candidate's key (`{}`: "as written")."""
+        return "-".join(f"{_slug(k)}{_slug(v)}" for k, v in sorted(reading.items())) or "as written"
+
+    def read(self, candidate: Candidate, reading: Mapping[str, Any], fixed: Mapping[str, Any] | None = None
+             ) -> Candidate:
+        """The candidate under a reading (a free value moot under its options is left out, and a value the
+        program as written already has changes nothing in it, as in `grid`)."""
+        fixed = dict(fixed or {})
+        options = self._relevant({**candidate.options, **reading}, fixed)
+        if candidate.demos.get("kind") == "none":
+            options = {name: value for name, value in options.items()
+                       if name in candidate.options or not (name in fixed and _same(value, fixed[name]))}
+        return Candidate(candidate.demos, options, candidate.rm)
 
     def candidates(self, n: int, seed: int = 0, fixed: Mapping[str, Any] | None = None) -> list[Candidate]:
         """The baseline (the program as written) and n-1 others: all of them when the grid is that

@@ -2,7 +2,8 @@
 
 A row is one candidate: its key, examples run (`n`), score and 95% interval (over the examples that ran
 without an error; None when none did), `errors`, whether it is `alive`, and, when set, its pairing with
-the program as written (`vs_baseline`), the evidence that `dropped` it, or why it `failed`.
+the program as written (`vs_baseline`), the evidence that `dropped` it, or why it `failed`. With free
+options (`Space.free`), a row is a candidate under one `reading`: only the reading chosen is alive.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def report(table: Sequence[Mapping[str, Any]], race: Mapping[str, Any] | None = 
     for row in sorted(table, key=table_order):
         pair, drop, score = row.get("vs_baseline"), row.get("dropped"), row.get("score")
         why = (f"at {drop['n']} by {drop['by']}: {drop['leader_only']}/{drop['this_only']} p={drop['p']:.2g}"
-               if drop else "failed" if row.get("failed") else "")
+               if drop else "failed" if row.get("failed")
+               else "another reading" if "reading" in row and not row.get("alive", True) else "")
         body.append([row["key"], str(row["n"]), "-" if score is None else f"{score:.1f}", str(row.get("errors", 0)),
                      "-" if row.get("low") is None else f"[{row['low']:.1f}, {row['high']:.1f}]",
                      f"+{pair['a_only']} -{pair['b_only']} p={pair['p']:.2g}" if pair else "", why])
@@ -55,8 +57,32 @@ def report(table: Sequence[Mapping[str, Any]], race: Mapping[str, Any] | None = 
     lines = ["  ".join(cell.rjust(widths[c]) if c in (1, 2, 3) else cell.ljust(widths[c])
                        for c, cell in enumerate(r)).rstrip() for r in [header, *body]]
     lines += [f"failed: {why}" for why in (race or {}).get("failed", {}).values()]
+    if race and race.get("reading") is not None:
+        lines.append(_reading_line(race))
     if race:
-        lines.append(f"chosen: {race['chosen']} ({race['rule']}); the choice needed {race['needed']} validation "
+        read = f", read as {race['reading']}" if race.get("reading") is not None else ""
+        lines.append(f"chosen: {race['chosen']}{read} ({race['rule']}); the choice needed {race['needed']} validation "
                      f"questions; {race['spent']} of {race.get('budget')} evaluations spent; stopped: "
                      f"{race['stopped']}; each drop at p < {race['level']:.2g}")
     return "\n".join(lines)
+
+
+def _reading_line(race: Mapping[str, Any]) -> str:
+    """How the reading was decided: the test that switched to it, else the last look at each other one.
+
+    >>> print(_reading_line({"reading": "voteTrue", "reading_tests": [
+    ...     {"rung": 1, "n": 20, "incumbent": "voteFalse", "challenger": "voteTrue", "wins": 9, "losses": 0,
+    ...      "p": 0.002, "level": 0.01, "switched": True}]}))
+    reading: voteTrue, chosen over voteFalse at 20 questions: ahead on 9 examples, behind on 0 (summed over
+      the candidates in contention), p=0.002 < 0.01
+    """
+    tests = race.get("reading_tests") or []
+    switched = [t for t in tests if t["switched"]]
+    if switched:
+        t = switched[-1]
+        return (f"reading: {race['reading']}, chosen over {t['incumbent']} at {t['n']} questions: ahead on {t['wins']} "
+                f"examples, behind on {t['losses']} (summed over\n  the candidates in contention), p={t['p']:.2g} "
+                f"< {t['level']:.2g}")
+    last = {t["challenger"]: t for t in tests}
+    looks = "; ".join(f"{name} +{t['wins']} -{t['losses']} p={t['p']:.2g} at {t['n']}" for name, t in last.items())
+    return f"reading: {race['reading']} (as written; no other was ahead on enough examples: {looks or 'none looked at'})"

@@ -143,12 +143,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
     lm_text = lm_spec(args)
     rm_text = _rm_choice(args)
     others = _named_rms(args.rms)
-    space = Space(options=searched, moot=family.moot, rms=list(others),
+    space = Space(options=searched, moot=family.moot, rms=list(others), free=[o for o in family.free if o in searched],
                   demos=DemoSpace(kinds=kinds, ks=family.demo_ks))
     if args.search is not None:  # an option asked for but moot in every candidate (Space drops it) is refused
         grid = space.grid(fixed=options)
+        read = [space.read(candidate, r, options) for candidate in grid for r in space.readings(options)[1:]]
         for key in searched:
-            if not any(key in candidate.options for candidate in grid[1:]):
+            if not any(key in candidate.options for candidate in grid[1:] + read):
                 under = ", ".join(f"{o}={options[o]}" for o in family.moot.get(key, {}) if o in options)
                 raise UsageError(f"--search {key}: has no effect with {under} (fixed by --preset or --set); "
                                  f"search {under.split('=')[0]} too")
@@ -201,11 +202,16 @@ def _compile_one(args: argparse.Namespace, task: Task, program: Callable[..., An
     compiled.save(out)
     print(report(compiled.table, compiled.meta.get("race")))
     usage, rows = compiled.meta.get("lm_usage") or {}, compiled.meta.get("rows_usage") or {}
-    print(f"chose {compiled.candidate['key']} (options {compiled.options}); {len(compiled.table)} candidates, "
+    readings = compiled.meta.get("readings") or []
+    counted = (f"{compiled.meta.get('candidates')} candidates, each read {len(readings)} ways"
+               if len(readings) > 1 else f"{len(compiled.table)} candidates")
+    print(f"chose {compiled.candidate['key']} (options {compiled.options}); {counted}, "
           f"{time.perf_counter() - started:.0f} s, {int(usage.get('requests', 0))} LM requests, "
           f"{int(usage.get('prompt_tokens', 0))} prompt and {int(usage.get('completion_tokens', 0))} completion tokens")
     print(f"the search's rows, when they ran (a resumed compile reuses them): {rows.get('seconds', 0):.0f} s, "
           f"{int(rows.get('requests', 0))} LM requests (+{int(rows.get('cached_requests', 0))} from the cache), "
-          f"{int(rows.get('prompt_tokens', 0))} prompt and {int(rows.get('completion_tokens', 0))} completion tokens")
+          f"{int(rows.get('prompt_tokens', 0))} prompt and {int(rows.get('completion_tokens', 0))} completion tokens"
+          + (f"; of those from the cache, {int(read.get('cached_requests', 0))} were the readings"
+             if (read := compiled.meta.get("readings_usage")) else ""))
     print(f"compiled program: {out}  (dsp run {args.program} --dataset {task.name} --compiled {out})")
     return compiled
