@@ -48,9 +48,7 @@ def _unit(*parts: object) -> float:
 
 
 def _cuts(margin: float, mix: float) -> dict[str, float]:
-    draws = sorted(mix * _unit("u", i) + (1 - mix) * _unit("v", i) for i in range(20000))
-    accuracy = {key: 0.40 + (margin if key.startswith("better") else 0.0) for key in CANDIDATES}
-    return {key: draws[int(a * len(draws))] for key, a in accuracy.items()}
+    return {key: _cut(0.40 + (margin if key.startswith("better") else 0.0), mix) for key in CANDIDATES}
 
 
 def _right(cuts: dict[str, float], mix: float) -> Callable[[str, int], float]:
