@@ -20,7 +20,8 @@ Loading reads the shared data (DSP_DATA_DIR), so it is shown, not run as a docte
   2000+; BM25 over the Wikipedia-2018 sample.
 - `nq-open`, `squad`: the NQ-open and SQuAD dev sets, split into a 500 / 1,000-example training pool
   and a dev set downsampled with `--dev-seed`; Open-SQuAD retrieves from SQuAD's own paragraphs.
-  SQuAD's test split is 1,000 questions outside the pool and outside the 1,000 `--dev-seed 0` draws.
+  SQuAD's test split is 1,000 questions outside the pool and outside the 1,000 `--dev-seed 0` draws,
+  evaluated in a fixed draw's order (any --n is a prefix of a larger one).
 - `hotpotqa`: the dev sample (downsampled), retrieving from the pooled distractor contexts (the
   abstracts sample alone holds none of these questions' supporting pages).
 - `qrecc`: conversations 1 and 18 (turn order kept; every other conversation is the pool), evaluated
@@ -103,7 +104,7 @@ class Holdout:
     For a "head" task the dev split is the first `dev` questions of the list and the test split the
     `size` after them. For a "sample" task the questions kept out of the test are the `dev` that
     `--dev-seed 0` draws (those of the published runs); the test is `size` questions drawn from the
-    rest with `random.Random(f"test-{seed}")`, kept in list order.
+    rest with `random.Random(f"test-{seed}")`, evaluated in a fixed draw's order (`Task.load`).
 
     >>> Holdout(size=2, dev=3).indices(10, "head")
     ([0, 1, 2], [3, 4])
@@ -134,9 +135,12 @@ class Holdout:
 
         >>> Holdout(size=1000, dev=1000).describe("head")
         {'order': 'head', 'dev': 1000, 'size': 1000}
+        >>> Holdout(size=1000, dev=1000).describe("sample")["evaluated_in"]
+        'draw order'
         """
         described = {"order": order, "dev": self.dev, "size": self.size}
-        return described if order == "head" else {**described, "seed": self.seed}
+        # "draw order": a results file made in list order (before 2026-12-04) is another run's, never resumed
+        return described if order == "head" else {**described, "seed": self.seed, "evaluated_in": "draw order"}
 
 
 @dataclass(frozen=True)
@@ -183,8 +187,9 @@ class Task:
     def load(self, n: int | None = None, dev_seed: int = 0, split: str = "dev") -> tuple[list, list]:
         """(training pool, the examples of `split` to evaluate: n of them, or all).
 
-        `split="test"`: the declared test split, its first n ("head" tasks) or n drawn with seed 0 (a
-        fixed draw: `dev_seed` is for dev), in list order; more than it holds is a ValueError.
+        `split="test"`: the declared test split, its first n ("head" tasks) or, for a "sample" task, the
+        first n in a fixed draw's order (`datasets.draw_order`, seed 0: `dev_seed` is for dev), so any n
+        is a prefix of a larger one and a run extends by resuming; more than it holds is a ValueError.
         `split="dev"` of a task with a test split never meets a test question: a "head" task's dev is
         its first `test.dev` questions (asking for more is a ValueError); a "sample" task with
         `dev_seed` 0 and n <= `test.dev` draws exactly as before the test split existed (the published
@@ -207,8 +212,8 @@ class Task:
         if split == "test":
             if n is not None and n > len(test):
                 raise ValueError(f"dataset {self.name}: its test split has {len(test)} questions, asked for {n}")
-            if self.dev_order == "sample":  # a fixed draw: the first n in list order come from a few articles
-                test = [test[i] for i in datasets.sample_indices(len(test), n, 0)]
+            if self.dev_order == "sample":  # a fixed draw (the list's first n come from a few articles), in
+                test = [test[i] for i in datasets.draw_order(len(test), 0)]  # its order: --n 1000 extends --n 500
             return pool, [dev[i] for i in test[:n]]
         if self.dev_order == "head":
             if n is not None and n > len(kept):

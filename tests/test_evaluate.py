@@ -209,6 +209,24 @@ def test_a_file_without_a_run_identity_is_not_resumed(tmp_path):
         dsp.evaluate(str.upper, [{"question": "q", "answer": "Q"}], out=out, progress=False, display=False)
 
 
+def test_a_file_made_on_other_examples_at_the_same_positions_is_refused_and_an_edited_one_reruns(tmp_path):
+    """The harness's case: `--n 1000` into a file of `--n 500` whose draw put other questions first reran
+    every position and left each two questions' rows. Now a row whose id is not its example's is refused
+    (nothing written); an example edited in place (its id kept) runs again; a longer prefix resumes."""
+    out = tmp_path / "run.jsonl"
+    dev = [dsp.Example(id=f"e{i}", question=f"q{i}", answer=f"Q{i}") for i in range(4)]
+    dsp.evaluate(str.upper, dev[:2], out=out, progress=False, display=False)
+    before = out.read_text()
+    with pytest.raises(dsp.RunMismatch, match=r"\(2 of 2; the first, 0: id 'e0' there, 'e2' now\)"):
+        dsp.evaluate(str.upper, [dev[2], dev[3], dev[0]], out=out, progress=False, display=False)
+    assert out.read_text() == before
+    longer = dsp.evaluate(str.upper, dev, out=out, progress=False, display=False)  # the lock was given back
+    assert longer.resumed == 2 and longer.score == 100.0
+    edited = [dev[0], dsp.Example(id="e1", question="q1 (fixed)", answer="Q1 (FIXED)"), *dev[2:]]
+    again = dsp.evaluate(str.upper, edited, out=out, progress=False, display=False)
+    assert again.resumed == 3 and again.rows[1]["prediction"] == "Q1 (FIXED)"
+
+
 def test_a_torn_last_line_is_set_aside_once_and_the_next_row_survives(tmp_path, caplog):
     """A kill mid-write leaves half a row; before the fix the next row was appended onto it and lost."""
     out = tmp_path / "run.jsonl"

@@ -233,6 +233,11 @@ def test_the_report_summarizes_each_compile_setting_over_its_seeds_apart(column,
     assert summaries[1].startswith(f"dsp compile over 3 seeds ({stem}-dsp-compiled_nq-dsp-small-pre-tiefix):")
     assert "mean 33.3, sd 0.0" in summaries[1]
     assert (out / "report.md").read_text(encoding="utf-8") == text + "\n"
+    # run.sh --compile-tag names the compiler whose seed 0 leads the comparison (every run paired with it)
+    (out / f"{stem}-dsp-compiled_nq-dsp-small-readings-seed0-seed0.jsonl").write_bytes(ours.read_bytes())
+    for tag, lead in (("", "nq-dsp-small-seed0"), ("readings", "nq-dsp-small-readings-seed0")):
+        rows = peer.report("gemma", "nq", out, 3, tag).split("```")[1].strip().splitlines()
+        assert rows[0].startswith("run ") and rows[1].startswith(f"{stem}-dsp-compiled_{lead}-seed0 "), (tag, rows[1])
 
 
 def test_a_compile_rerun_on_a_warm_cache_keeps_the_first_runs_cost(tmp_path):

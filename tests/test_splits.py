@@ -113,10 +113,25 @@ def test_squad_test_is_drawn_outside_the_pool_and_the_published_dev_sample():
     published = set(_ids(datasets.downsample(full, 1000, 0)))
     test = _load(name, split="test")[1]
     assert not set(_ids(test)) & (published | set(_ids(pool)))
-    chosen = set(_ids(test))
-    assert _ids(test) == [e.id for e in full if e.id in chosen]  # in list order
     assert task.test.seed == 0
-    assert task.test.describe("sample") == {"order": "sample", "dev": 1000, "size": 1000, "seed": 0}
+    assert task.test.describe("sample") == {"order": "sample", "dev": 1000, "size": 1000, "seed": 0,
+                                            "evaluated_in": "draw order"}
+
+
+def test_squad_test_extends_by_its_draw_order_and_its_first_500_are_the_first_runs_questions():
+    """Any n is a prefix of a larger n (a run over 1,000 resumes one over 500), and the first 500 are the
+    questions the first test runs answered (`results/peer/gemma/squad/`, 2026-12-04, in list order then:
+    their ids' digest is pinned below, so the files rerun in the draw's order cannot make this pass)."""
+    test = _ids(_load("squad", split="test")[1])
+    for n in (1, 10, 86, 500, 999):
+        assert _ids(_load("squad", n, split="test")[1]) == test[:n], n
+    _, full = datasets.split_pool(datasets.load_squad(), 1000, seed=0)
+    assert test != [e.id for e in full if e.id in set(test)]  # not in list order
+    first = RESULTS / "peer" / "gemma" / "squad" / "squad-test-retrieve_then_read-seed0.jsonl"
+    identity, rows = read_run(first)
+    assert identity["split"] == "test" and len(rows) >= 500
+    assert {row["id"] for row in rows if row["index"] < 500} == set(test[:500])
+    assert hashlib.sha256("\n".join(sorted(test[:500])).encode()).hexdigest()[:16] == "661190e04819f907"
 
 
 @pytest.mark.parametrize("name", WITH_TEST)
@@ -130,7 +145,8 @@ def test_the_test_split_is_deterministic(name):
 
 
 NQ_TEST_DIGEST = hashlib.sha256("\n".join(f"litm-oracle-{i}" for i in range(1000, 2000)).encode()).hexdigest()[:16]
-SQUAD_TEST_DIGEST = "f05979eb1f076b7f"
+# In its draw's order since 2026-12-04 (the same 1,000 questions in list order were "f05979eb1f076b7f").
+SQUAD_TEST_DIGEST = "1778a9d6fb21604c"
 
 
 @pytest.mark.parametrize("name", WITH_TEST)

@@ -345,25 +345,34 @@ def parse_failures(paths: Iterable[Path]) -> list[tuple[str, int, int]]:
     return out
 
 
-def _order(paths: list[Path]) -> list[Path]:
-    """The comparison's order: dsp compile's runs first (seed 0 leads: every other run is paired with it),
-    then our baselines, then DSPy's configurations."""
+def _order(paths: list[Path], tag: str = "") -> list[Path]:
+    """The comparison's order: dsp compile's runs first, the compiler `tag` names (run.sh's --compile-tag;
+    "": the untagged one) before the others (its seed 0 leads: every other run is paired with it), then
+    our baselines, then DSPy's configurations.
+
+    >>> names = ["nq-test-dsp-compiled_nq-dsp-small-seed0-seed0.jsonl", "nq-test-retrieve_then_read-seed0.jsonl",
+    ...          "nq-test-dsp-compiled_nq-dsp-small-readings-seed0-seed0.jsonl"]
+    >>> [p.name.split("small")[-1] for p in _order([Path(n) for n in names], "readings")][:2]
+    ['-readings-seed0-seed0.jsonl', '-seed0-seed0.jsonl']
+    """
+    lead = re.compile(r"-compiled_[a-z]+-dsp-small" + (f"-{re.escape(tag)}" if tag else "") + r"-seed\d+-seed")
+
     def rank(path: Path) -> tuple[int, str]:
         name = path.name
         if "-dspy-" in name:
             return 4, name
-        if "-compiled_" in name:  # run.sh's compiles first; a trial's (--compile-args: a tagged name) after
-            return (0 if re.search(r"-compiled_[a-z]+-dsp-small-seed\d+-seed", name) else 1), name
+        if "-compiled_" in name:  # the compiler named first; a trial's or another compiler's after
+            return (0 if lead.search(name) else 1), name
         return (2 if "-dsp-small" in name else 3), name
     return sorted(paths, key=rank)
 
 
-def report(lm: str, dataset: str, out: Path, n: int | None) -> str:
+def report(lm: str, dataset: str, out: Path, n: int | None, tag: str = "") -> str:
     """`dsp compare` over the column's results files, parse failures and compile costs, as markdown
-    (also written to ``out/report.md``)."""
+    (also written to ``out/report.md``); `tag`: the compiler whose runs lead (run.sh's --compile-tag)."""
     from dsp.evaluation.compare import compare_runs, format_comparison
 
-    files = _order([p for p in out.glob("*.jsonl")])
+    files = _order([p for p in out.glob("*.jsonl")], tag)
     if not files:
         raise SystemExit(f"peer.py report: no results files in {out}")
     table = compare_runs(files, n=n)
@@ -441,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--n", type=int)
+    p.add_argument("--compile-tag", default="", help="the compiler whose runs lead (run.sh's --compile-tag)")
     args = parser.parse_args(argv)
 
     if args.command == "prepare":
@@ -466,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "matched":
         print(matched_candidates([Path(p) for p in args.costs], DSPY_VAL[args.dataset]))
     elif args.command == "report":
-        print(report(args.lm, args.dataset, Path(args.out), args.n))
+        print(report(args.lm, args.dataset, Path(args.out), args.n, args.compile_tag))
     return 0
 
 

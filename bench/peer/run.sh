@@ -199,9 +199,11 @@ dspy_unit() {  # UNIT
   if [[ "$config" == *-rsmatched-* ]]; then
     local candidates="$RS_CANDIDATES"
     if [[ "$candidates" == auto ]]; then
-      compgen -G "$R/dsp-compile-seed*.cost.json" > /dev/null \
-        || { echo "run.sh: $unit needs dsp compile's cost (run dsp:compiled first) or --rs-candidates N" >&2; return 1; }
-      candidates="$("$PY" "$HERE/peer.py" matched --dataset "$DATASET" "$R"/dsp-compile-seed*.cost.json)"
+      # the compiler named by --compile-tag (its costs, not another compiler's)
+      compgen -G "$R/dsp-compile${COMPILE_TAG}-seed*.cost.json" > /dev/null \
+        || { echo "run.sh: $unit needs the cost of dsp compile${COMPILE_TAG:+ ($COMPILE_TAG)} (run dsp:compiled" \
+                  "first) or --rs-candidates N" >&2; return 1; }
+      candidates="$("$PY" "$HERE/peer.py" matched --dataset "$DATASET" "$R"/dsp-compile"${COMPILE_TAG}"-seed*.cost.json)"
     fi
     extra=(--rs-candidates "$candidates")
   fi
@@ -237,7 +239,8 @@ done
 
 log "timings of this invocation (all of them in $TIMINGS):"
 tail -n "${#UNITS[@]}" "$TIMINGS" | cut -f2,4,5 | column -t
-if ! "$PY" "$HERE/peer.py" report --lm "$LM" --dataset "$DATASET" --out "$R" "${NARG[@]}"; then
+if ! "$PY" "$HERE/peer.py" report --lm "$LM" --dataset "$DATASET" --out "$R" "${NARG[@]}" \
+    ${COMPILE_NAME:+--compile-tag "$COMPILE_NAME"}; then
   echo "run.sh: dsp compare could not pair the column's files yet (see above); rerun to finish them" >&2
 fi
 if [[ ${#FAILED[@]} -gt 0 ]]; then

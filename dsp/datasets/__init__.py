@@ -11,7 +11,7 @@ from .qa import (
     load_qrecc, load_squad, qrecc_corpus, squad_corpus,
 )
 from .registry import REGISTRY, ChecksumError, DataFile, download, fetch, verify
-from .splits import downsample, few_shot_train, sample_indices, split_pool
+from .splits import downsample, draw_order, few_shot_train, sample_indices, split_pool
 
 __all__ = [
     "data_dir", "data_path", "local_path", "DataFileError", "read_jsonl", "read_json", "read_csv",
@@ -19,7 +19,7 @@ __all__ = [
     "load_hotpotqa_csv",
     "load_qrecc", "qrecc_corpus", "load_litm_oracle",
     "REGISTRY", "DataFile", "ChecksumError", "fetch", "download", "verify",
-    "few_shot_train", "downsample", "sample_indices", "split_pool",
+    "few_shot_train", "downsample", "sample_indices", "draw_order", "split_pool",
     "CorpusError", "read_passages", "iter_passages", "normalize_passages", "write_passages", "MappedPassages",
     "corpus_fingerprint",
 ]

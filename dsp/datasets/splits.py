@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 from ..example import Example
 from ..utils import check_nonnegative_int, check_positive_int
 
-__all__ = ["few_shot_train", "downsample", "sample_indices", "split_pool"]
+__all__ = ["few_shot_train", "downsample", "sample_indices", "draw_order", "split_pool"]
 
 PAPER_SHOTS = 16
 PAPER_SEEDS = (0, 1, 2, 3, 4)
@@ -55,6 +55,20 @@ def sample_indices(total: int, n: int | None, seed: int = 0) -> list[int]:
     if n is None or n >= total:
         return list(range(total))
     return sorted(random.Random(f"dev-{seed}").sample(range(total), n))
+
+
+def draw_order(total: int, seed: int = 0) -> list[int]:
+    """All `total` positions in the order the seeded draw picks them: the first n are a draw of n, and a
+    prefix of the first m > n, so a run over the first n extends to m by resuming (what `sample_indices`,
+    kept in list order, cannot give). For n >= 86 of 1,000 (where `random.sample` takes the same path for
+    n as for all), the first n are the very positions `sample_indices(total, n, seed)` keeps.
+
+    >>> order = draw_order(1000)
+    >>> sorted(order) == list(range(1000)), sorted(order[:500]) == sample_indices(1000, 500)
+    (True, True)
+    """
+    check_nonnegative_int(total, "total (examples)")
+    return random.Random(f"dev-{seed}").sample(range(total), total)
 
 
 def split_pool(examples: Sequence[Example], n_train_pool: int, seed: int = 0) -> tuple[list[Example], list[Example]]:

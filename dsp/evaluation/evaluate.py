@@ -35,9 +35,9 @@ from ..metrics import EM
 from ..settings import settings
 from ..utils import is_int
 from .fields import QA_FIELDS, Fields
-from .log import RunLog, describe
+from .log import RunLog, RunMismatch, describe
 from .result import EvaluationResult
-from .rows import example_fingerprint
+from .rows import example_fingerprint, jsonable
 from .runners import Job, Runner, Threads
 
 __all__ = ["evaluate", "run_identity"]
@@ -150,10 +150,24 @@ def _program_name(program: Callable[..., Any]) -> str:
 
 
 def _resumed(log: RunLog | None, examples: list[Example], say: bool) -> dict[int, dict[str, Any]]:
-    """Open the log (taking its writer lock) and keep its finished rows whose example is unchanged."""
+    """Open the log (taking its writer lock) and keep its finished rows whose example is unchanged.
+
+    An edited example (its id the same, its content not) runs again. A row whose id is another example's
+    means the file was made on another set or order of examples (a --n or seed the identity does not
+    hold): resuming would leave each position two questions' rows, so it is a `RunMismatch`."""
     if log is None:
         return {}
-    done = {i: row for i, row in log.open().items()
+    rows = log.open()
+    ids = [jsonable(example.get("id")) for example in examples]
+    moved = [(i, row["id"], ids[i]) for i, row in rows.items()
+             if i < len(ids) and None not in (row.get("id"), ids[i]) and row["id"] != ids[i]]
+    if moved:
+        log.close()
+        i, was, now = min(moved, key=lambda m: m[0])
+        raise RunMismatch(f"{log.path} holds other examples' rows at these positions ({len(moved)} of "
+                          f"{len(rows)}; the first, {i}: id {was!r} there, {now!r} now): it was made on another "
+                          f"set or order of examples (another --n or seed?); write to another file or move it away")
+    done = {i: row for i, row in rows.items()
             if i < len(examples) and row.get("fingerprint") == example_fingerprint(examples[i])}
     if done and say:
         print(f"resumed {len(done)} rows from {log.path}")
