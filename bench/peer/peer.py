@@ -354,8 +354,14 @@ def _order(paths: list[Path], tag: str = "") -> list[Path]:
     ...          "nq-test-dsp-compiled_nq-dsp-small-readings-seed0-seed0.jsonl"]
     >>> [p.name.split("small")[-1] for p in _order([Path(n) for n in names], "readings")][:2]
     ['-readings-seed0-seed0.jsonl', '-seed0-seed0.jsonl']
+    >>> _order([Path(n) for n in names[:2]], "readings")[0].name  # no run of it yet: the untagged one leads
+    'nq-test-dsp-compiled_nq-dsp-small-seed0-seed0.jsonl'
     """
-    lead = re.compile(r"-compiled_[a-z]+-dsp-small" + (f"-{re.escape(tag)}" if tag else "") + r"-seed\d+-seed")
+    def pattern(tag: str) -> re.Pattern[str]:
+        return re.compile(r"-compiled_[a-z]+-dsp-small" + (f"-{re.escape(tag)}" if tag else "") + r"-seed\d+-seed")
+    lead = pattern(tag)
+    if not any(lead.search(path.name) for path in paths):  # that compiler has no test run yet
+        lead = pattern("")
 
     def rank(path: Path) -> tuple[int, str]:
         name = path.name
