@@ -30,8 +30,9 @@ SETTINGS_KEYS: Mapping[str, str] = MappingProxyType({
     "reranker": "optional (query, passages) -> scores function used by dsp.rank",
     "cache": "False turns the disk cache off (default: on unless DSP_CACHE=0)",
     "cache_dir": "where the disk cache lives (default: $DSP_CACHEDIR or the user cache dir)",
-    "cache_url": "redis://host:port/db: keep the cache in Redis, shared by every process and machine "
-                 "(default: $DSP_CACHE_URL unless cache_dir is set; unset = the disk cache)",
+    "cache_url": "redis://host:port/db: keep the cache in Redis, shared by every process and machine; "
+                 "memory://NAME: in this process only, nothing written (default: $DSP_CACHE_URL unless "
+                 "cache_dir is set; unset = the disk cache)",
     "cache_write": '"durable" (default: every new entry is committed before the call returns) or "deferred" '
                    "(entries are batched and committed at most a few seconds later, at each dsp.evaluate row "
                    "and at exit: faster bulk runs; default: $DSP_CACHE_WRITE or durable)",

@@ -52,6 +52,29 @@ def test_cache_can_be_turned_off_by_setting_or_environment(monkeypatch):
     assert lm.num_requests == 3  # the setting wins over the environment
 
 
+def test_an_in_process_cache_answers_within_the_process_writes_nothing_and_forks_its_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("DSP_CACHEDIR", str(tmp_path / "disk"))
+    lm = ScriptedLM(lambda prompt, request: [" x"], model="in-process")
+    with dsp.settings.context(cache_url="memory://test-in-process"):
+        lm("hello")
+        lm("hello")
+        assert lm.num_requests == 1 and len(cache.get_store()) == 1
+        with multiprocessing.get_context("fork").Pool(1) as pool:  # a forked worker starts its own, empty
+            assert pool.apply(_store_size) == 0
+    assert not (tmp_path / "disk").exists()  # nothing written anywhere
+    cache.discard_store("memory://test-in-process")
+    with dsp.settings.context(cache_url="memory://test-in-process"):
+        lm("hello")
+    assert lm.num_requests == 2  # discarded: asked again
+    cache.discard_store("memory://test-in-process")
+    with pytest.raises(ValueError, match="memory://NAME"):
+        cache.get_store(url="memory://")
+
+
+def _store_size() -> int:
+    return len(cache.get_store())
+
+
 def test_cache_location_follows_settings_then_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("DSP_CACHEDIR", str(tmp_path / "env"))
     assert cache.cache_dir() == tmp_path / "env"

@@ -301,6 +301,26 @@ def test_a_reading_is_scored_from_the_calls_of_the_first_and_costs_no_lm_call(tm
     assert usage["cached_requests"] == read["cached_requests"]
 
 
+def test_with_the_cache_off_a_compile_reuses_its_own_calls_and_keeps_none_after(tmp_path):
+    """With the cache off and no folder to resume from, the second reading and every longer rung used to
+    sample again (each evaluation a new LM request: 480 requests here for 160 evaluations, and the readings compared
+    on other samples); the compile now keeps its own calls in an in-process cache until it ends. Nothing is
+    written to the user's cache folder, and after the compile a call is computed again."""
+    lm = _voting_lm()
+    space = Space(options=VOTE_OPTIONS, free=("vote",), demos=SPACE.demos)
+    with dsp.settings.context(lm=lm, cache=False, cache_dir=str(tmp_path / "cache")):
+        compiled = dsp.compile(voter, TRAIN[:120], dsp.EM,
+                               dsp.CompileConfig(space=space, candidates=4, val=40, progress=False))
+        asked = len(lm.prompts)
+        assert asked == len(set(lm.prompts)) == compiled.meta["race"]["spent"]  # each question asked once
+        voter("q1", level=0)
+        voter("q1", level=0)
+        assert len(lm.prompts) == asked + 2  # the user's setting again: no cache
+    read = compiled.meta["readings_usage"]
+    assert read["requests"] == 0 and read["cached_requests"] == asked
+    assert not (tmp_path / "cache").exists()
+
+
 @pytest.mark.parametrize("readings", [[], ["plain", "plain"]])
 def test_readings_are_checked(readings):
     with pytest.raises(ValueError, match="readings must be distinct names"):

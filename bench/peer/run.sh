@@ -171,6 +171,14 @@ dsp_unit() {  # UNIT
     small) "$DSP" run dsp --preset small "${COMMON[@]}" --threads "$threads" --lm "$LM_SPEC" --rm "$RM_SPEC" --seed "$seed" ;;
     compiled)
       stem="$DATASET-dsp-small${COMPILE_TAG}-seed$seed"; compiled="$W/compiled/$stem.json"
+      # A fresh work folder takes the committed compiled program and its cost rather than compiling again
+      # (the compiled file is kept whole in $R/compiled; dsp run validates it before it runs anything).
+      if [[ ! -f "$compiled" && -f "$R/compiled/$stem.json" ]]; then
+        cp "$R/compiled/$stem.json" "$compiled"
+        [[ -f "$R/dsp-compile${COMPILE_TAG}-seed$seed.cost.json" ]] \
+          && cp "$R/dsp-compile${COMPILE_TAG}-seed$seed.cost.json" "$W/compiled/$stem.cost.json"
+        log "   $stem: the committed compiled program ($R/compiled/$stem.json), not compiled again"
+      fi
       if [[ ! -f "$compiled" ]]; then
         before="$W/compiled/$stem.gate-before.json"; after="$W/compiled/$stem.gate-after.json"
         "$PY" "$HERE/peer.py" stats --gate "$GATE" > "$before"

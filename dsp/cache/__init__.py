@@ -8,7 +8,8 @@ underneath).
 
 The store is a `DiskStore` (diskcache, the default; `disk`) or, when `settings.cache_url` /
 $DSP_CACHE_URL names a Redis server, a `dsp.cache.redis.RedisStore` holding the same keys and the same
-JSON text, so every process of a cluster reuses every call (`stores.get_store`). In the opt-in "deferred"
+JSON text, so every process of a cluster reuses every call (`stores.get_store`); `memory://NAME` is a
+`ProcessStore`, held by this process alone and gone with it (`process_store`). In the opt-in "deferred"
 write mode new entries are committed in batches (`deferred`; `flush` commits them now). In front of the
 store, each process remembers what it has read and written (`memory`).
 
@@ -28,15 +29,15 @@ import logging
 from typing import Any, Callable, Mapping
 
 from .codec import CACHE_FORMAT_VERSION, MISS, Store, encode_value
-from .deferred import flush, pending_of
+from .deferred import discard_pending, flush, pending_of
 from .disk import CacheFileError, DiskStore, ReadOnlyDiskStore
 from .keys import SECRET_FIELDS, hash_request, request_key
-from .memory import UNFROZEN, freeze, memory_of
-from .stores import cache_dir, cache_enabled, cache_url, cache_write_mode, get_store
+from .memory import UNFROZEN, forget_store, freeze, memory_of
+from .stores import cache_dir, cache_enabled, cache_url, cache_write_mode, get_store, pop_store
 
 __all__ = ["CACHE_FORMAT_VERSION", "SECRET_FIELDS", "request_key", "cache_enabled", "cache_dir", "cache_url",
-           "cache_write_mode", "cached_call", "flush", "get_store", "encode_value", "Store", "DiskStore",
-           "ReadOnlyDiskStore", "CacheFileError", "MISS"]
+           "cache_write_mode", "cached_call", "flush", "get_store", "discard_store", "encode_value", "Store",
+           "DiskStore", "ReadOnlyDiskStore", "CacheFileError", "MISS"]
 
 log = logging.getLogger("dsp.cache")
 
@@ -91,6 +92,26 @@ def cached_call(request: Mapping[str, Any], compute: Callable[[], Any],
     if memory is not None:
         memory.put(frozen, chars[0], text)
     return json.loads(text), False  # exactly what a later cache hit will return
+
+
+def discard_store(url: str) -> None:
+    """Close this process's in-process cache `url` (memory://NAME) and forget it, its in-process layer
+    and its uncommitted entries: for a cache whose job is over (`dsp.compile` with the cache off). A
+    later call for that URL starts it afresh, empty.
+
+    >>> store = get_store(url="memory://scratch")
+    >>> _ = store.add("k", 1)
+    >>> discard_store("memory://scratch")
+    >>> len(get_store(url="memory://scratch")), get_store(url="memory://scratch") is store
+    (0, False)
+    >>> discard_store("memory://scratch")
+    """
+    store = pop_store(url)
+    if store is None:
+        return
+    forget_store(store)
+    discard_pending(store)
+    store.close()
 
 
 def _stored_value(store: Store, key: str, check: Callable[[Any], None] | None) -> Any:

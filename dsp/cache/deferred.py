@@ -114,6 +114,15 @@ def pending_count() -> int:
     return sum(len(pending.texts) for pending in _pending.values())
 
 
+def discard_pending(store: Any) -> None:
+    """Drop what this process holds uncommitted for `store`, uncommitted: a store closed for good, whose
+    entries nobody will read (a compile's temporary cache).
+
+    >>> discard_pending(object())
+    """
+    _pending.drop(store)
+
+
 def flush() -> int:
     """Commit every entry this process holds back in the "deferred" write mode; returns the count.
 

@@ -71,6 +71,14 @@ def memory_of(store: Any) -> Memory:
     return _memories.get(store)
 
 
+def forget_store(store: Any) -> None:
+    """Drop `store`'s layer only (a store closed for good).
+
+    >>> forget_store(object())
+    """
+    _memories.drop(store)
+
+
 def forget() -> None:
     """Drop every store's layer, as in a new process (entries then come from the stores again).
 

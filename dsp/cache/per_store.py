@@ -70,3 +70,10 @@ class PerStore(Generic[T]):
 
     def clear(self) -> None:
         self._entries.clear()
+
+    def drop(self, store: Any) -> None:
+        """Forget `store`'s entry (a store being closed for good)."""
+        with self._lock:
+            entry = self._entries.get(id(store))
+            if entry is not None and entry[0] is store:
+                del self._entries[id(store)]

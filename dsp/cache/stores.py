@@ -1,8 +1,9 @@
 """Which store a cached call uses: the settings and environment that choose it, one open store per place.
 
 The store is a `DiskStore` (diskcache, the default) under `cache_dir()`, or, when `settings.cache_url` /
-$DSP_CACHE_URL names a Redis server, a `RedisStore` holding the same keys and the same JSON text. A
-setting always beats the environment.
+$DSP_CACHE_URL names a Redis server, a `RedisStore` holding the same keys and the same JSON text, or,
+for `memory://NAME`, a `ProcessStore` this process alone holds (gone with it). A setting always beats
+the environment.
 
 >>> with settings.context(cache=False):
 ...     cache_enabled()
@@ -19,8 +20,9 @@ from ..settings import settings
 from .codec import Store
 from .disk import open_disk_store
 from .per_store import ForkSafeLock
+from .process_store import MEMORY_SCHEME, ProcessStore
 
-__all__ = ["WRITE_MODES", "cache_enabled", "cache_url", "cache_write_mode", "cache_dir", "get_store"]
+__all__ = ["WRITE_MODES", "cache_enabled", "cache_url", "cache_write_mode", "cache_dir", "get_store", "pop_store"]
 
 WRITE_MODES = ("durable", "deferred")
 
@@ -89,8 +91,9 @@ _stores_lock = ForkSafeLock()
 
 
 def get_store(directory: str | os.PathLike | None = None, *, url: str | None = None) -> Store:
-    """The store in use: a `DiskStore` for `directory`, a `RedisStore` for `url`, else the configured one
-    (`cache_url()` if set, else `cache_dir()`). One per location and process. A disk cache whose cache.db
+    """The store in use: a `DiskStore` for `directory`, a `RedisStore` for `url` (a `ProcessStore` for
+    memory://NAME), else the configured one (`cache_url()` if set, else `cache_dir()`). One per location
+    and process. A disk cache whose cache.db
     this process may read but not write is a `ReadOnlyDiskStore` (with a warning); one it cannot use at
     all is a `CacheFileError` naming the path.
 
@@ -100,6 +103,13 @@ def get_store(directory: str | os.PathLike | None = None, *, url: str | None = N
     """
     if directory is None and url is None:
         url = cache_url()
+    if url is not None and directory is None and url.startswith(MEMORY_SCHEME):
+        key = ("memory", url, os.getpid())  # a forked child starts its own, empty
+        store = _stores.get(key)
+        if store is None:
+            with _stores_lock:
+                store = _stores.get(key) or _stores.setdefault(key, ProcessStore(url))
+        return store
     if url is not None and directory is None:
         # Imported here: the redis package is only needed by those who ask for a shared cache.
         from .redis import RedisStore, check_url
@@ -121,6 +131,17 @@ def get_store(directory: str | os.PathLike | None = None, *, url: str | None = N
         if store is None:
             store = _stores[key] = open_disk_store(path)
         return store
+
+
+def pop_store(url: str) -> Store | None:
+    """This process's open store for the in-process cache `url` (memory://NAME), no longer handed out
+    (None if none is open); the caller closes it (`dsp.cache.discard_store`).
+
+    >>> pop_store("memory://never-opened") is None
+    True
+    """
+    with _stores_lock:
+        return _stores.pop(("memory", url, os.getpid()), None)
 
 
 _disk_paths: dict[tuple[Any, ...], str] = {}

@@ -9,6 +9,7 @@
   (named phases: prepare, bootstrap, race, choose);
 - table.py: the table of candidates as text (`report`);
 - plan.py: a compile's LM requests and prompt tokens projected without calling the LM (`plan`, `--dry-run`);
+- scratch.py: with the cache off, the in-process cache a compile keeps its own calls in until it ends;
 - racing.py: the race the candidates run: dropped on paired evidence, ties settled by a declared rule;
 - compiled.py: the compiled program, saved and loaded as plain JSON (data: checked, never imported from);
 - registry.py: the programs a compiled file may name (`register_program`).

@@ -291,7 +291,8 @@ def _text(plan: Plan) -> str:
                      "will be longer; a kind the bootstrap finds nothing of is replaced by other candidates.")
     if len(plan.readings) > 1:
         lines.append(f"Each candidate is read {len(plan.readings)} ways ({', '.join(plan.readings)}) from the same calls: "
-                     f"the readings after the first cost no LM request while the cache is on.")
+                     f"the readings after the first cost no LM request (with the cache off, the compile keeps its calls "
+                     "in an in-process cache of its own until it ends).")
     if any(row.errors for row in plan.rows):
         lines.append("errors: probed examples that raised (under the stand-in too); their requests count up to the error.")
     return "\n".join(lines)

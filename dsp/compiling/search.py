@@ -48,6 +48,7 @@ from .compiled import Compiled, program_name
 from .config import CompileConfig
 from .contract import check_contract, signature_defaults
 from .racing import CandidateFailed, Race, doubling_sizes, race
+from .scratch import kept_for_the_compile
 from .space import Candidate, Space
 from .table import table_order
 
@@ -397,7 +398,8 @@ def compile(program: Callable[..., Any], trainset: Sequence[Mapping[str, Any]], 
     searched options override them. `rms` names the retrievers a candidate may choose besides the current
     one (`Space.rms`; the compiled program keeps the one chosen, saved by its spec). `out` is a directory:
     the bootstrap and each candidate's rows go there, so a killed compile resumes without repeating what
-    finished. `wrap(program, examples)` adapts a candidate to what `dsp.evaluate` calls (conversations turn
+    finished. With the cache off, the compile keeps its own calls in an in-process cache until it ends,
+    so its readings and rungs reuse them (`scratch`). `wrap(program, examples)` adapts a candidate to what `dsp.evaluate` calls (conversations turn
     by turn). The phases: `prepare` (checks, split, candidates, the program's contract, before any LM
     call), the bootstrap, the race, the choice. A chosen candidate that draws its own demonstrations is
     returned with the whole `trainset` (the race gave it the pool less the validation part), so seeds that
@@ -423,13 +425,14 @@ def compile(program: Callable[..., Any], trainset: Sequence[Mapping[str, Any]], 
     if writer is not None:
         writer.acquire()
     try:
-        usage_before = _usage()
-        search, bootstrapped, rows = _bootstrap(search, runner, folder)
-        scorer = _Scorer(search, bootstrapped, runner, folder)
-        if rows is not None:
-            scorer.made["bootstrap"] = rows
-        outcome = _race(search, scorer)
-        return _choose(search, scorer, outcome, started, usage_before)
+        with kept_for_the_compile():
+            usage_before = _usage()
+            search, bootstrapped, rows = _bootstrap(search, runner, folder)
+            scorer = _Scorer(search, bootstrapped, runner, folder)
+            if rows is not None:
+                scorer.made["bootstrap"] = rows
+            outcome = _race(search, scorer)
+            return _choose(search, scorer, outcome, started, usage_before)
     finally:
         if writer is not None:
             writer.release()
