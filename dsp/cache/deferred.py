@@ -30,7 +30,7 @@ from typing import Any
 
 from .per_store import PerStore
 
-__all__ = ["DEFERRED_BATCH", "DEFERRED_SECONDS", "Pending", "pending_of", "pending_count", "flush"]
+__all__ = ["DEFERRED_BATCH", "DEFERRED_SECONDS", "Pending", "pending_of", "pending_count", "flush", "discard_pending"]
 
 DEFERRED_BATCH = 512  # pending entries that trigger a commit
 DEFERRED_SECONDS = 2.0  # the oldest pending entry is committed at the next call after this long

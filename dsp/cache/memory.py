@@ -17,7 +17,7 @@ from typing import Any
 from .keys import SECRET_FIELDS
 from .per_store import PerStore
 
-__all__ = ["MEMORY_LIMIT", "UNFROZEN", "Memory", "freeze", "memory_of", "forget"]
+__all__ = ["MEMORY_LIMIT", "UNFROZEN", "Memory", "freeze", "memory_of", "forget", "forget_store"]
 
 MEMORY_LIMIT = 32_000_000  # characters (requests + value texts) the in-process layer keeps per store
 UNFROZEN = object()  # what `freeze` answers for a request the layer does not serve
