@@ -238,6 +238,12 @@ def test_the_report_summarizes_each_compile_setting_over_its_seeds_apart(column,
     for tag, lead in (("", "nq-dsp-small-seed0"), ("readings", "nq-dsp-small-readings-seed0")):
         rows = peer.report("gemma", "nq", out, 3, tag).split("```")[1].strip().splitlines()
         assert rows[0].startswith("run ") and rows[1].startswith(f"{stem}-dsp-compiled_{lead}-seed0 "), (tag, rows[1])
+    # a run not extended to --n yet is named apart, not compared on part of the questions (nor a failure)
+    short = out / f"{stem}-retrieve_then_read-seed0.jsonl"
+    short.write_text("".join(ours.read_text(encoding="utf-8").splitlines(keepends=True)[:-1]), encoding="utf-8")
+    text = peer.report("gemma", "nq", out, 3)
+    assert short.stem not in text.split("```")[1] and "Left out at --n 3 (fewer questions so far" in text
+    assert f"{short.name} (2)" in text and short.stem in peer.report("gemma", "nq", out, 2).split("```")[1]
 
 
 def test_a_compile_rerun_on_a_warm_cache_keeps_the_first_runs_cost(tmp_path):

@@ -381,10 +381,18 @@ def report(lm: str, dataset: str, out: Path, n: int | None, tag: str = "") -> st
     files = _order([p for p in out.glob("*.jsonl")], tag)
     if not files:
         raise SystemExit(f"peer.py report: no results files in {out}")
-    table = compare_runs(files, n=n)
+    # At --n N, a run of fewer questions (one not extended yet) is named apart, not compared on part of them.
+    short = {path: len(read_run(path)[1]) for path in files} if n is not None else {}
+    short = {path: rows for path, rows in short.items() if rows < n}
+    if len(short) == len(files):
+        raise SystemExit(f"peer.py report: no results file in {out} has {n} questions yet")
+    table = compare_runs([path for path in files if path not in short], n=n)
     lines = [f"# {MODELS[lm].label} on {dataset} ({split_of(dataset)} split)", "",
              f"Generation on both sides: {GENERATION} (the gate fills these into any request lacking them); "
              f"gate port {column_port(lm, dataset)}.", "", "```", format_comparison(table), "```", ""]
+    if short:
+        lines += [f"Left out at --n {n} (fewer questions so far; `--n` with their count compares them): "
+                  + ", ".join(f"{path.name} ({rows})" for path, rows in short.items()), ""]
     # Each seed's compile is its own program (compare does not group them); compiles of one setting (one
     # name but for the seed: run.sh's, or a tagged trial's) are summarized together, never mixed.
     settings: dict[str, list[Any]] = {}
