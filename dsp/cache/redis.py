@@ -41,7 +41,8 @@ def check_url(url: str) -> None:
     """
     if not isinstance(url, str) or urlsplit(url.strip()).scheme.lower() not in _SCHEMES:
         raise ValueError(f"the dsp cache URL must start with redis://, rediss:// or unix://, "
-                         f"e.g. redis://127.0.0.1:6379/0; got {redact_url(str(url))!r}")
+                         f"e.g. redis://127.0.0.1:6379/0 (or be memory://NAME, a cache in this process only); "
+                         f"got {redact_url(str(url))!r}")
 
 
 def _replace_password(url: str, password: str | None) -> str:

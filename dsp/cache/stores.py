@@ -93,9 +93,8 @@ _stores_lock = ForkSafeLock()
 def get_store(directory: str | os.PathLike | None = None, *, url: str | None = None) -> Store:
     """The store in use: a `DiskStore` for `directory`, a `RedisStore` for `url` (a `ProcessStore` for
     memory://NAME), else the configured one (`cache_url()` if set, else `cache_dir()`). One per location
-    and process. A disk cache whose cache.db
-    this process may read but not write is a `ReadOnlyDiskStore` (with a warning); one it cannot use at
-    all is a `CacheFileError` naming the path.
+    and process. A disk cache whose cache.db this process may read but not write is a `ReadOnlyDiskStore`
+    (with a warning); one it cannot use at all is a `CacheFileError` naming the path.
 
     >>> get_store(url="memcached://x")  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
@@ -108,7 +107,9 @@ def get_store(directory: str | os.PathLike | None = None, *, url: str | None = N
         store = _stores.get(key)
         if store is None:
             with _stores_lock:
-                store = _stores.get(key) or _stores.setdefault(key, ProcessStore(url))
+                store = _stores.get(key)
+                if store is None:
+                    store = _stores[key] = ProcessStore(url)
         return store
     if url is not None and directory is None:
         # Imported here: the redis package is only needed by those who ask for a shared cache.
