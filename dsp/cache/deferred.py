@@ -115,8 +115,8 @@ def pending_count() -> int:
 
 
 def discard_pending(store: Any) -> None:
-    """Drop what this process holds uncommitted for `store`, uncommitted: a store closed for good, whose
-    entries nobody will read (a compile's temporary cache).
+    """Drop, without committing them, the entries this process holds for `store`: a store closed for
+    good, whose entries nobody will read (a compile's in-process cache).
 
     >>> discard_pending(object())
     """
