@@ -7,6 +7,7 @@ examples per second. Every run starts from an empty cache (every call reaches th
 
     .venv/bin/python bench/bench_backends.py                       # 96 examples, threads 1/4/16/32, Ray 2 x 1/2/8/16
     .venv/bin/python bench/bench_backends.py --n 64 --threads 1,8 --ray 2x4 --global-limit 4 --markdown
+    .venv/bin/python bench/bench_backends.py --threads 1 --ray-batches 1 --ray-windows 2,all --global-limit 0
 
 The Ray side starts a local cluster of --ray-cpus CPUs (one task per CPU = one "worker"); its start-up
 time is reported apart and the workers are warmed (clients built) before timing. Figures are
@@ -33,6 +34,7 @@ from slow_lm_server import fetch_stats, spawn  # noqa: E402
 import dsp  # noqa: E402
 from dsp.clients.specs import lm_from_spec  # noqa: E402
 from dsp.evaluation import Ray  # noqa: E402
+from dsp.evaluation import ray as ray_runner  # noqa: E402
 
 
 def _run(url: str, dev: list, backend: str, threads: int, batch_size: int | None = None,
@@ -60,10 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray", default="2x1,2x2,2x8,2x16", help="Ray runs as WORKERSxTHREADS (workers = --ray-cpus)")
     parser.add_argument("--ray-cpus", type=int, default=2)
     parser.add_argument("--ray-batches", default="1,4", help="Ray batch sizes as multiples of the threads per worker")
+    parser.add_argument("--ray-windows", default="",
+                        help="compare the driver's tasks in flight per CPU: e.g. 2,all (all: every task submitted at "
+                             "once, as before 2026-12-05); default: dsp's WINDOW_PER_CPU only")
     parser.add_argument("--global-limit", type=int, default=8,
                         help="one more Ray run: the last --ray layout under this global LM concurrency limit (0: none)")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = parser.parse_args(argv)
+    if any(w != "all" and not (w.isdigit() and int(w) > 0) for w in args.ray_windows.split(",")) and args.ray_windows:
+        raise SystemExit(f"--ray-windows {args.ray_windows!r}: give positive integers or all, comma-separated")
     dev = [dsp.Example(question=f"question {i}", answer="-") for i in range(args.n)]
     per_example = 3 * args.delay
     rows = []
@@ -80,14 +87,20 @@ def main(argv: list[str] | None = None) -> int:
             startup = time.perf_counter() - started
             _run(url, dev[: 4 * args.ray_cpus], "ray", 2)  # warm: worker processes up, clients built
             print(f"ray start-up {startup:.1f} s", file=sys.stderr)
+            default_window = ray_runner.WINDOW_PER_CPU
+            windows = [w for w in args.ray_windows.split(",") if w] or [str(default_window)]
             for item in args.ray.split(","):
                 workers, threads = (int(x) for x in item.lower().split("x"))
                 if workers != args.ray_cpus:
                     raise SystemExit(f"--ray {item}: workers must equal --ray-cpus ({args.ray_cpus})")
                 for batch in [int(b) * threads for b in args.ray_batches.split(",") if b]:
-                    rows.append(("ray", workers * threads, f"{workers}x{threads}", batch,
-                                 _run(url, dev, "ray", threads, batch)))
-                    print(f"ray {item} batch {batch}: {rows[-1][-1]}", file=sys.stderr)
+                    for window in windows:
+                        # the driver reads the module's value at each run (a knob for this comparison only)
+                        ray_runner.WINDOW_PER_CPU = args.n if window == "all" else int(window)
+                        shown = f"{workers}x{threads}" + (f", window {window}/CPU" if args.ray_windows else "")
+                        rows.append(("ray", workers * threads, shown, batch, _run(url, dev, "ray", threads, batch)))
+                        print(f"ray {shown} batch {batch}: {rows[-1][-1]}", file=sys.stderr)
+            ray_runner.WINDOW_PER_CPU = default_window
             if args.global_limit:
                 rows.append(("ray", args.global_limit, f"{workers}x{threads}, global {args.global_limit}", threads,
                              _run(url, dev, "ray", threads, threads, args.global_limit)))

@@ -94,6 +94,14 @@ def test_runs_that_differ_only_by_seed_are_one_setting(tmp_path):
     assert "rtr (3 seeds): mean 15.0, sd 5.0, best 20.0 (rtr-seed2)" in format_comparison(table)
 
 
+def test_files_of_one_identity_and_one_seed_are_named_repeats_not_seeds(tmp_path):
+    # One compiled program chosen by several compile seeds, each file run at evaluation seed 0.
+    runs = [_run(tmp_path / f"compiled-c{c}-seed0.jsonl", {0, 1}, seed=0, program_name="dsp") for c in range(3)]
+    table = compare_runs(runs)
+    assert [group.seeds for group in table.groups] == [(0, 0, 0)]
+    assert "compiled-c (3 runs, seed 0): mean" in format_comparison(table)
+
+
 def test_a_retried_example_counts_once_with_its_finished_row(tmp_path):
     path = _run(tmp_path / "a.jsonl", {0, 1})
     lines = path.read_text().splitlines()

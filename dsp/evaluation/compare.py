@@ -209,15 +209,19 @@ def _seed_groups(loaded: list, runs: list[RunScore]) -> list[SeedGroup]:
         chosen = [runs[i] for i in members]
         best = max(chosen, key=lambda r: r.score)
         values = [r.score for r in chosen]
-        out.append(SeedGroup(_common_name([r.name for r in chosen]), tuple(r.name for r in chosen),
-                             tuple(r.seed for r in chosen), statistics.mean(values), statistics.stdev(values),
-                             best.name, best.score))
+        out.append(SeedGroup(_common_name([r.name for r in chosen], [r.seed for r in chosen]),
+                             tuple(r.name for r in chosen), tuple(r.seed for r in chosen), statistics.mean(values),
+                             statistics.stdev(values), best.name, best.score))
     return out
 
 
-def _common_name(names: list[str]) -> str:
+def _common_name(names: list[str], seeds: list[Any]) -> str:
     stem = os.path.commonprefix(names).rstrip("-_")
-    return (stem.removesuffix("-seed") or names[0]) + f" ({len(names)} seeds)"
+    # Files of one identity and one seed (one compiled program run from several compile seeds' files) are
+    # repeats of one run, not seeds of it.
+    distinct = sorted(set(map(str, seeds)))
+    counted = f"{len(names)} seeds" if len(distinct) == len(seeds) else f"{len(names)} runs, seed {', '.join(distinct)}"
+    return (stem.removesuffix("-seed") or names[0]) + f" ({counted})"
 
 
 def format_comparison(table: Comparison, markdown: bool = False) -> str:

@@ -23,6 +23,10 @@ examples it had finished are recomputed from the cache (every LM and RM call is 
 costs little and nothing is lost. A batch whose retries all fail is recorded as failed rows, which a
 rerun of the evaluation retries, as it does any failed example. An error in the task machinery itself
 (a spec that cannot be built, a program that cannot be imported) stops the evaluation with that error.
+The driver keeps a window of tasks in flight (`WINDOW_PER_CPU` per CPU of the cluster), never the
+whole dev set, and cancels none: after an interrupt or an error the window's batches finish on the
+cluster and their calls land in the cache, which a rerun replays. (Ray 2.60 aborts the driver when
+`ray.cancel` meets a task whose result is arriving.)
 
 Concurrency: each task runs `num_threads` examples at a time (the per-worker bound) and takes one
 CPU of the cluster, so a node runs as many tasks as it has CPUs. `global_concurrency` caps the LM
@@ -44,6 +48,7 @@ import asyncio
 import contextvars
 import dataclasses
 import io
+import itertools
 import os
 import threading
 import time
@@ -68,7 +73,7 @@ if TYPE_CHECKING:
     from .runners import Job
 
 __all__ = ["run_on_ray", "connect", "dumps_program", "ConcurrencyLimit", "LiveClientError",
-           "MAX_RETRIES", "LEASE_SECONDS", "FORWARDED_ENV"]
+           "MAX_RETRIES", "LEASE_SECONDS", "FORWARDED_ENV", "WINDOW_PER_CPU"]
 
 MAX_RETRIES = 3        # Ray re-runs a task this many times after its worker or node dies
 LEASE_SECONDS = 60.0   # a global-concurrency slot not renewed for this long is taken back
@@ -383,6 +388,25 @@ def _remote(name: str) -> Any:
 
 # -- the driver ----------------------------------------------------------------------------------------
 
+WINDOW_PER_CPU = 2  # tasks in flight per cluster CPU: one running, one queued behind it
+WINDOW_REFRESH_SECONDS = 10.0
+
+
+class _Window:
+    """How many batch tasks to keep in flight: enough to keep every CPU of the cluster busy (read again
+    every few seconds, so nodes an autoscaler adds are used), few enough that a stop leaves little running."""
+
+    def __init__(self, ray: Any) -> None:
+        self.ray, self.size, self.read_at = ray, WINDOW_PER_CPU, -WINDOW_REFRESH_SECONDS
+
+    def __call__(self) -> int:
+        now = time.monotonic()
+        if now - self.read_at >= WINDOW_REFRESH_SECONDS:
+            cpus = int(self.ray.cluster_resources().get("CPU", 0))
+            self.size, self.read_at = max(WINDOW_PER_CPU, WINDOW_PER_CPU * cpus), now
+        return self.size
+
+
 def connect(address: str | None = None) -> None:
     """Connect to the Ray cluster at `address` ("auto", "ray://host:10001", "host:6379"), or, when none is
     given and none is named by $RAY_ADDRESS, start a local one. An existing connection is reused.
@@ -432,9 +456,16 @@ def run_on_ray(
     pending: dict[Any, list[int]] = {}
     try:
         blob_ref = ray.put(blob)  # stored once in the object store, fetched once per worker node
-        for batch in batches:
-            pending[task.remote(job, blob_ref, [(i, dict(examples[i])) for i in batch])] = batch
-        while pending:
+        queued, window = iter(batches), _Window(ray)
+        while True:
+            # A window of tasks in flight, never the whole dev set: an interrupt or an error then leaves at
+            # most a window of batches to finish on the cluster (their calls land in the cache), and no task
+            # is cancelled. Ray 2.60's ray.cancel of a task whose reply is arriving aborts the driver
+            # ("Tried to complete task that was not pending", ray-project/ray#54846's family).
+            for batch in itertools.islice(queued, max(0, window() - len(pending))):
+                pending[task.remote(job, blob_ref, [(i, dict(examples[i])) for i in batch])] = batch
+            if not pending:
+                break
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
                 batch = pending.pop(ref)
@@ -453,7 +484,5 @@ def run_on_ray(
                 for row in rows:
                     on_row(row)
     finally:
-        for ref in pending:  # interrupted: stop the cluster's work on this evaluation
-            ray.cancel(ref)
-        if limit is not None:
-            ray.kill(limit)
+        if limit is not None and not pending:
+            ray.kill(limit)  # else Ray ends it when the last task in flight, which holds a handle, ends
