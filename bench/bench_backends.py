@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="one more Ray run: the last --ray layout under this global LM concurrency limit (0: none)")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = parser.parse_args(argv)
-    if any(w != "all" and not (w.isdigit() and int(w) > 0) for w in args.ray_windows.split(",")) and args.ray_windows:
+    asked_windows = [w for w in args.ray_windows.split(",") if w]
+    if any(w != "all" and not (w.isdigit() and int(w) > 0) for w in asked_windows):
         raise SystemExit(f"--ray-windows {args.ray_windows!r}: give positive integers or all, comma-separated")
     dev = [dsp.Example(question=f"question {i}", answer="-") for i in range(args.n)]
     per_example = 3 * args.delay
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             _run(url, dev[: 4 * args.ray_cpus], "ray", 2)  # warm: worker processes up, clients built
             print(f"ray start-up {startup:.1f} s", file=sys.stderr)
             default_window = ray_runner.WINDOW_PER_CPU
-            windows = [w for w in args.ray_windows.split(",") if w] or [str(default_window)]
+            windows = asked_windows or [str(default_window)]
             for item in args.ray.split(","):
                 workers, threads = (int(x) for x in item.lower().split("x"))
                 if workers != args.ray_cpus:
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                     for window in windows:
                         # the driver reads the module's value at each run (a knob for this comparison only)
                         ray_runner.WINDOW_PER_CPU = args.n if window == "all" else int(window)
-                        shown = f"{workers}x{threads}" + (f", window {window}/CPU" if args.ray_windows else "")
+                        shown = f"{workers}x{threads}" + (f", window {window}/CPU" if asked_windows else "")
                         rows.append(("ray", workers * threads, shown, batch, _run(url, dev, "ray", threads, batch)))
                         print(f"ray {shown} batch {batch}: {rows[-1][-1]}", file=sys.stderr)
             ray_runner.WINDOW_PER_CPU = default_window

@@ -102,6 +102,13 @@ def test_files_of_one_identity_and_one_seed_are_named_repeats_not_seeds(tmp_path
     assert "compiled-c (3 runs, seed 0): mean" in format_comparison(table)
 
 
+def test_repeats_over_several_seeds_list_the_seeds_in_numeric_order(tmp_path):
+    runs = [_run(tmp_path / f"rtr-r{i}-seed{s}.jsonl", {0, 1}, seed=s, program_name="rtr")
+            for i, s in enumerate([10, 2, 2])]
+    table = compare_runs(runs)
+    assert "rtr-r (3 runs, seeds 2, 10): mean" in format_comparison(table)
+
+
 def test_a_retried_example_counts_once_with_its_finished_row(tmp_path):
     path = _run(tmp_path / "a.jsonl", {0, 1})
     lines = path.read_text().splitlines()

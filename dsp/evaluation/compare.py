@@ -219,8 +219,11 @@ def _common_name(names: list[str], seeds: list[Any]) -> str:
     stem = os.path.commonprefix(names).rstrip("-_")
     # Files of one identity and one seed (one compiled program run from several compile seeds' files) are
     # repeats of one run, not seeds of it.
-    distinct = sorted(set(map(str, seeds)))
-    counted = f"{len(names)} seeds" if len(distinct) == len(seeds) else f"{len(names)} runs, seed {', '.join(distinct)}"
+    distinct = sorted(set(map(str, seeds)), key=lambda s: (not s.isdigit(), int(s) if s.isdigit() else 0, s))
+    if len(distinct) == len(seeds):
+        counted = f"{len(names)} seeds"
+    else:
+        counted = f"{len(names)} runs, seed{'s' if len(distinct) > 1 else ''} {', '.join(distinct)}"
     return (stem.removesuffix("-seed") or names[0]) + f" ({counted})"
 
 
