@@ -114,6 +114,21 @@ def test_a_converted_dspy_run_pairs_with_a_dsp_run_and_counts_parse_failures(col
     peer.cut_traces(out, cut)
     assert all("raw" not in r for r in read_run(cut)[1]) and compare_runs([ours, cut], n=3).runs[1].n == 3
 
+    # Converted again from the same raw rows (each run.sh unit converts every raw file), the committed copy
+    # stays byte for byte: only a new header stamp would differ. A changed row is written.
+    before = cut.read_bytes()
+    header = json.loads(before.splitlines()[0])
+    header["dsp_run"]["created"] = "2000-01-01T00:00:00+0000"
+    cut.write_bytes(json.dumps(header).encode() + b"\n" + before.split(b"\n", 1)[1])
+    kept = cut.read_bytes()
+    peer.convert_raw(raw, data, out)
+    peer.cut_traces(out, cut)
+    assert cut.read_bytes() == kept and not cut.with_name(cut.name + ".tmp").exists()
+    _raw_file(raw, data, [*rows[:2], _row(data, 2, data["test"][2]["gold"][0])])
+    peer.convert_raw(raw, data, out)
+    peer.cut_traces(out, cut)
+    assert [r["score"] for r in read_run(cut)[1]] == [0.0, 1.0, 1.0]
+
 
 def test_conversion_keeps_the_last_finished_row_and_skips_stale_and_torn_ones(column, tmp_path):
     data, ours = column

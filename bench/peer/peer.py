@@ -173,8 +173,8 @@ def convert_raw(raw: Path, data: Mapping[str, Any], out: Path) -> dict[str, Any]
         out.unlink()
     log = RunLog(out, dspy_identity(header, data))
     counts = {"rows": 0, "parse_failures": 0, "errors": 0, "right": 0}
+    log.open()  # releases its lock itself if it fails
     try:
-        log.open()
         for index in sorted(chosen):
             row, example = chosen[index], test[index]
             prediction = row.get("prediction")
@@ -194,9 +194,7 @@ def convert_raw(raw: Path, data: Mapping[str, Any], out: Path) -> dict[str, Any]
             counts["errors"] += int(row.get("error") is not None and not row.get("parse_failure"))
             counts["right"] += int(score == 1.0)
     finally:
-        close = getattr(log, "close", None)  # the writer lock of dsp.evaluation.RunLog
-        if close is not None:
-            close()
+        log.close()  # the writer lock of dsp.evaluation.RunLog
     return counts
 
 
@@ -220,7 +218,28 @@ def cut_traces(src: Path, dst: Path) -> None:
             if isinstance(record, dict) and "index" in record:
                 record = {k: v for k, v in record.items() if k not in CUT}
             target.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(tmp, dst)
+    if _same_apart_from_created(tmp, dst):
+        tmp.unlink()  # a DSPy file converted again from an unchanged raw file: keep the committed one as is
+    else:
+        os.replace(tmp, dst)
+
+
+def _same_apart_from_created(new: Path, old: Path) -> bool:
+    """Whether results files `new` and `old` hold the same header (its `created` stamp aside) and rows."""
+    if not old.exists():
+        return False
+    with new.open("rb") as a, old.open("rb") as b:
+        first_a, first_b = a.readline(), b.readline()
+        if a.read() != b.read():
+            return False
+    try:
+        header_a, header_b = json.loads(first_a), json.loads(first_b)
+    except ValueError:
+        return False
+    for header in (header_a, header_b):
+        if isinstance(header, dict) and isinstance(header.get("dsp_run"), dict):
+            header["dsp_run"].pop("created", None)
+    return header_a == header_b
 
 
 def convert_all(work: Path, out: Path) -> list[dict[str, Any]]:

@@ -219,7 +219,9 @@ def _common_name(names: list[str], seeds: list[Any]) -> str:
     stem = os.path.commonprefix(names).rstrip("-_")
     # Files of one identity and one seed (one compiled program run from several compile seeds' files) are
     # repeats of one run, not seeds of it.
-    distinct = sorted(set(map(str, seeds)), key=lambda s: (not s.isdigit(), int(s) if s.isdigit() else 0, s))
+    texts = set(map(str, seeds))
+    numeric = sorted((s for s in texts if s.isdigit()), key=int)  # seeds 2, 10: not "10, 2" as text sorts
+    distinct = numeric + sorted(texts - set(numeric))
     if len(distinct) == len(seeds):
         counted = f"{len(names)} seeds"
     else:
