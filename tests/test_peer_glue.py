@@ -207,6 +207,14 @@ def test_units_selection_configs_and_the_matched_budget(tmp_path):
         parse_config("rtr_predict-labeled")
     assert config.dsp_lm_spec("gemma", "http://127.0.0.1:18800") == \
         "openai-compatible:http://127.0.0.1:18800/lm/v1,model=gemma-3-270m,type=text"
+    # SmolLM2 twice: dsp through the chat template (with DSPy's units) and through /v1/completions (dsp's
+    # units only: DSPy calls the chat endpoint either way), one served model, two columns and ports.
+    text = config.units("nq", lm="smollm2-text")
+    assert text == nq[:10] and config.units("nq", lm="smollm2") == nq
+    assert config.dsp_lm_spec("smollm2-text", "http://127.0.0.1:18820").endswith("model=smollm2-135m-instruct,type=text")
+    assert config.dsp_lm_spec("smollm2", "http://127.0.0.1:18810").endswith("type=chat")
+    assert config.MODELS["smollm2-text"].serve_args == config.MODELS["smollm2"].serve_args
+    assert len({config.column_port(lm, "nq") for lm in config.MODELS}) == len(config.MODELS)
     cost = tmp_path / "c.cost.json"
     cost.write_text(json.dumps({"lm_usage": {"requests": 700, "cached_requests": 100}}))
     assert peer.matched_candidates([cost], 80) == 7  # 800 calls / 80 per candidate, less DSPy's 3 fixed ones

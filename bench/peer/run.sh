@@ -2,7 +2,7 @@
 # The peer harness: one column (LM x dataset) of dsp and DSPy side by side, on the same LM server, the same
 # RM server and the same test questions. Resumable and cached: rerun the same command after a kill.
 #
-#   bash bench/peer/run.sh --lm gemma|smollm2 --dataset nq|squad|hotpotqa [--n N] [--only P1,P2] [--skip P]
+#   bash bench/peer/run.sh --lm gemma|smollm2|smollm2-text --dataset nq|squad|hotpotqa [--n N] [--only P1,P2] [--skip P]
 #                          [--threads T] [--rs-candidates auto|N] [--dspy-seeds 0,1,2] [--out DIR] [--work DIR]
 #                          [--port-base P] [--compile-args "--candidates 2 --val 10 --bootstrap 4"]
 #                          [--compile-tag NAME] [--compile-only] [--list]
@@ -56,7 +56,7 @@ case "$DATASET" in nq|squad|hotpotqa) ;; *) echo "run.sh: --dataset must be nq, 
 [[ -z "$COMPILE_NAME" || "$COMPILE_NAME" =~ ^[A-Za-z0-9_]+$ ]] || { echo "run.sh: --compile-tag takes letters, digits and _" >&2; exit 2; }
 [[ "$RS_CANDIDATES" == auto || "$RS_CANDIDATES" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --rs-candidates auto|N" >&2; exit 2; }
 
-mapfile -t UNITS < <(cfg units "$DATASET" "$DSPY_SEEDS" "$ONLY" "$SKIP")
+mapfile -t UNITS < <(cfg units "$LM" "$DATASET" "$DSPY_SEEDS" "$ONLY" "$SKIP")
 if [[ $LIST == 1 ]]; then printf '%s\n' "${UNITS[@]}"; exit 0; fi
 [[ ${#UNITS[@]} -gt 0 ]] || { echo "run.sh: --only/--skip leave nothing to run (see --list)" >&2; exit 2; }
 : "${DSP_DATA_DIR:?run.sh: set DSP_DATA_DIR to the data mirror (e.g. ../shared/data)}"
@@ -195,7 +195,8 @@ dsp_unit() {  # UNIT
       cp "$compiled" "$R/compiled/"
       [[ -f "$W/compiled/$stem.cost.json" ]] && cp "$W/compiled/$stem.cost.json" "$R/dsp-compile${COMPILE_TAG}-seed$seed.cost.json"
       [[ $COMPILE_ONLY == 1 ]] && { log "   --compile-only: $compiled (no test question run)"; return 0; }
-      # The compiled program keeps the retriever it was compiled with (the gate's RM): no --rm here.
+      # No --rm: the compiled program records none when the default retriever won, and the run takes the task's
+      # own index in-process, the index the gate's RM serves (README: same passages; the file's identity says it).
       "$DSP" run dsp --compiled "$compiled" "${COMMON[@]}" --threads "$threads" --lm "$LM_SPEC" ;;
     *) echo "run.sh: unknown unit $unit" >&2; return 2 ;;
   esac
