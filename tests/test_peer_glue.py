@@ -26,6 +26,7 @@ sys.path.insert(0, str(PEER))
 import config  # noqa: E402  (bench/peer on the path)
 import gate  # noqa: E402
 import peer  # noqa: E402
+import dspy_side  # noqa: E402
 from dspy_side import HashingTfidf, parse_config  # noqa: E402
 
 
@@ -234,7 +235,7 @@ def test_the_gate_renders_a_system_message_as_gemmas_template_does_and_the_docte
     assert gate.merge_system(body) and [m["content"] for m in body["messages"]] == ["Fields: answer.\n\nQ1", "A1", "Q2"]
     assert not gate.merge_system({"messages": [{"role": "user", "content": "Q"}]})
     assert config.MODELS["gemma"].merge_system and not config.MODELS["smollm2"].merge_system
-    for module in (config, gate, peer):
+    for module in (config, gate, peer, dspy_side):
         assert doctest.testmod(module).failed == 0, module.__name__
 
 
@@ -309,3 +310,62 @@ def test_run_sh_takes_a_compile_tag_and_compile_only(extra, code, said):
     done = subprocess.run(["bash", str(script), "--lm", "gemma", "--dataset", "squad", "--only", "dsp:compiled",
                            *extra, "--list"], capture_output=True, text=True, timeout=60)
     assert done.returncode == code and said in done.stdout + done.stderr, done.stderr
+
+
+_KILLED_COMPILE = """
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from dspy_side import CompileLedger, _keep_ledger
+counters = Path(sys.argv[2])
+ledger = CompileLedger(Path(sys.argv[3]), {"config": "rtr_predict-rs-chat"},
+                       lambda: json.loads(counters.read_text()), lambda: 120)
+ledger.start()
+_keep_ledger(ledger, every=3600)  # only SIGTERM checkpoints here
+counters.write_text(json.dumps({"lm_requests": 400, "prompt_tokens": 90000}))
+print("compiling", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_dspy_compile_stopped_by_sigterm_and_resumed_reports_the_spend_of_both_invocations(tmp_path):
+    import signal
+    import subprocess
+
+    counters, ledger_path = tmp_path / "gate.json", tmp_path / "c.compile-ledger.json"
+    counters.write_text(json.dumps({"lm_requests": 100, "prompt_tokens": 10000}))
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_COMPILE, str(PEER), str(counters), str(ledger_path)],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "compiling"
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=30) == 128 + signal.SIGTERM
+    (first,) = json.loads(ledger_path.read_text())["invocations"]
+    assert first["server"] == {"lm_requests": 300, "prompt_tokens": 80000, "completion_tokens": 0,
+                               "rm_requests": 0, "lm_errors": 0}
+
+    # Resumed: 300 of its calls replayed from the cache, 50 new ones reach the server.
+    calls = [0]
+    resumed = dspy_side.CompileLedger(ledger_path, {"config": "rtr_predict-rs-chat"},
+                            lambda: json.loads(counters.read_text()), lambda: calls[0])
+    resumed.start()
+    counters.write_text(json.dumps({"lm_requests": 450, "prompt_tokens": 95000}))
+    calls[0] = 350
+    spent = resumed.finish()
+    assert spent["server"]["lm_requests"] == 350 and spent["server"]["prompt_tokens"] == 85000
+    assert spent["lm_calls"] == 350 and len(spent["invocations"]) == 2 and not ledger_path.exists()
+    assert peer.compile_calls(spent) == 350
+
+    # Another configuration's ledger is refused, not summed into this one.
+    ledger_path.write_text(json.dumps({"header": {"config": "rtr_predict-mipro-chat"}, "invocations": [first]}))
+    other = dspy_side.CompileLedger(ledger_path, {"config": "rtr_predict-rs-chat"}, lambda: {}, lambda: 0)
+    with pytest.raises(SystemExit, match="another configuration"):
+        other.start()
+
+
+def test_results_md_states_where_each_column_stands_as_the_committed_files_say():
+    """RESULTS.md's "Where each column stands" is `peer.py scoreboard` over results/peer, row for row."""
+    rows = peer.scoreboard(PEER.parents[1] / "results" / "peer").splitlines()
+    results = (PEER.parents[1] / "RESULTS.md").read_text(encoding="utf-8")
+    assert len(rows) > 2
+    missing = [row for row in rows if row not in results.splitlines()]
+    assert not missing, "RESULTS.md lacks (rerun bench/peer/peer.py scoreboard):\n" + "\n".join(missing)

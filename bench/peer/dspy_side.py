@@ -13,7 +13,8 @@ What it writes under W/dspy/ (W: the column's work folder):
   without redoing finished questions (a parse failure is finished; a transport error is retried);
 - ``<stem>.program.json``: the compiled program (DSPy's ``program.save``), reused by later runs;
 - ``<stem>.cost.json``: what the compile cost (LM calls, as DSPy made them and as the gate's LM server
-  counted them, with tokens; wall time);
+  counted them, with tokens; wall time), summed over the invocations of a compile stopped and resumed;
+- ``<stem>.compile-ledger.json``: while a compile runs, what each invocation has spent (`CompileLedger`);
 - ``dspy-cache/``: DSPy's own disk cache (DSPY_CACHEDIR), so reruns cost nothing.
 
 The programs are written here after DSPy's documentation (no DSPy code is copied): retrieve-then-read as
@@ -45,7 +46,7 @@ from config import (  # noqa: E402  (this folder on the path: run as a script)
     ADAPTERS, DSPY_K, DSPY_TRAIN, DSPY_VAL, DSPY_VERSION, GENERATION, KNN_K, MODELS, MULTIHOP, OPTIMIZERS, dspy_model,
 )
 
-__all__ = ["main", "parse_config", "HashingTfidf", "build_programs", "search"]
+__all__ = ["main", "parse_config", "HashingTfidf", "build_programs", "search", "CompileLedger"]
 
 # A tiny model fails to parse often; DSPy's optimizers halt after `max_errors` (10 by default) failed
 # examples. Failures here are data (a failed bootstrap example, a 0 on validation), not a reason to halt.
@@ -195,6 +196,103 @@ def _counter_class() -> Any:
 def _gate_stats(gate: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{gate}/gate/stats", timeout=30) as response:
         return json.load(response)
+
+
+SERVER_KEYS = ("lm_requests", "prompt_tokens", "completion_tokens", "rm_requests", "lm_errors")
+
+
+class CompileLedger:
+    """What one compile spent over all its invocations, so a compile too long for one sitting (a random
+    search: hours on a small CPU model) can be stopped and resumed with its cost whole.
+
+    A resumed compile replays its earlier calls from DSPy's cache, so its own call count already covers
+    them, but its server requests, tokens and wall time are only this invocation's. The ledger
+    (``<stem>.compile-ledger.json``, beside the compiled program) keeps each invocation's spend: `start`
+    reads the earlier ones (refusing another configuration's), `checkpoint` rewrites this one's (every
+    minute from a thread, and on SIGTERM, so a kill loses at most a minute of counts), `finish` returns
+    the sums and removes the file. `stats` reads the gate's counters; it may fail (the gate stopped
+    first), and then the last checkpoint stands.
+
+    >>> import tempfile; path = Path(tempfile.mkdtemp()) / "c.compile-ledger.json"
+    >>> served = {"lm_requests": 0}; calls = [0]; clock = iter(range(0, 100, 10))
+    >>> first = CompileLedger(path, {"config": "rs"}, lambda: dict(served), lambda: calls[0], lambda: next(clock))
+    >>> first.start(); served["lm_requests"] += 30; calls[0] += 30; first.checkpoint()  # then killed
+    >>> second = CompileLedger(path, {"config": "rs"}, lambda: dict(served), lambda: calls[0], lambda: next(clock))
+    >>> second.start(); served["lm_requests"] += 20; calls[0] += 50  # 30 replayed from the cache
+    >>> total = second.finish()
+    >>> total["server"]["lm_requests"], total["lm_calls"], total["wall_seconds"], len(total["invocations"])
+    (50, 50, 20.0, 2)
+    >>> path.exists()
+    False
+    """
+
+    def __init__(self, path: Path, header: dict[str, Any], stats: Callable[[], dict[str, Any]],
+                 calls: Callable[[], int], clock: Callable[[], float] = time.perf_counter) -> None:
+        self.path, self.header, self.stats, self.calls, self.clock = path, header, stats, calls, clock
+        self.earlier: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.current: dict[str, Any] = {}
+
+    def start(self) -> None:
+        if self.path.exists():
+            kept = json.loads(self.path.read_text(encoding="utf-8"))
+            if kept.get("header") != self.header:
+                raise SystemExit(f"dspy_side: {self.path} is the ledger of another configuration's compile; "
+                                 "move it away")
+            self.earlier = list(kept.get("invocations") or [])
+        self.before, self.calls_before, self.started = self.stats(), self.calls(), self.clock()
+        self.current = {"wall_seconds": 0.0, "lm_calls": 0, "server": {key: 0 for key in SERVER_KEYS}}
+
+    def checkpoint(self) -> None:
+        try:
+            after = self.stats()
+        except OSError:  # the gate is gone (stopped before this process): the last checkpoint stands
+            return
+        with self.lock:
+            self.current = {"wall_seconds": round(float(self.clock() - self.started), 1),
+                            "lm_calls": self.calls() - self.calls_before,
+                            "server": {key: int(after.get(key, 0)) - int(self.before.get(key, 0))
+                                       for key in SERVER_KEYS}}
+            temporary = self.path.with_suffix(".tmp")
+            temporary.write_text(json.dumps({"header": self.header, "invocations": self.earlier + [self.current]},
+                                            indent=1) + "\n", encoding="utf-8")
+            temporary.replace(self.path)
+
+    def finish(self) -> dict[str, Any]:
+        self.checkpoint()
+        invocations = self.earlier + [self.current]
+        self.path.unlink(missing_ok=True)
+        return {"wall_seconds": round(float(sum(i["wall_seconds"] for i in invocations)), 1),
+                # the last invocation replayed the earlier ones' calls from the cache: its count is the whole
+                "lm_calls": self.current["lm_calls"],
+                "server": {key: sum(i["server"][key] for i in invocations) for key in SERVER_KEYS},
+                "invocations": invocations}
+
+
+def _keep_ledger(ledger: CompileLedger, every: float = 60.0) -> Callable[[], None]:
+    """Checkpoints `ledger` every `every` seconds and on SIGTERM (then exits, as SIGTERM would); returns
+    the function that stops both."""
+    import signal
+
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every):
+            ledger.checkpoint()
+
+    def on_term(signum: int, frame: Any) -> None:
+        ledger.checkpoint()
+        os._exit(128 + signum)  # DSPy's worker threads would hold a normal exit; its cache writes are synchronous
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    previous = signal.signal(signal.SIGTERM, on_term)
+
+    def release() -> None:
+        stop.set()
+        signal.signal(signal.SIGTERM, previous)
+
+    return release
 
 
 def _examples(records: list[dict[str, Any]]) -> list[Any]:
@@ -391,25 +489,33 @@ def main(argv: list[str] | None = None) -> int:
         # KNNFewShot picks its demonstrations per question at inference (a BootstrapFewShot over the k
         # nearest training examples, run inside each call): its "compile" has no state to save, and its
         # LM calls show in the test rows' usage.
-        before, calls_before, started = _gate_stats(args.gate), counter.calls, time.perf_counter()
         print(f"compiling {args.config} (seed {args.seed}): train {len(trainset)}, val {len(valset)}", flush=True)
-        program = _compile(optimizer, program, trainset, valset, args.threads, args.seed, args.rs_candidates)
-        wall = time.perf_counter() - started
-        after = _gate_stats(args.gate)
-        if optimizer != "knn":
+        if optimizer == "knn":
+            program = _compile(optimizer, program, trainset, valset, args.threads, args.seed, args.rs_candidates)
+        else:
+            ledger = CompileLedger(out / f"{stem}.compile-ledger.json", header, lambda: _gate_stats(args.gate),
+                                   lambda: counter.calls)
+            ledger.start()
+            if ledger.earlier:
+                print(f"resuming a compile stopped {len(ledger.earlier)} time(s): its calls so far come from the "
+                      f"cache, its cost so far from {ledger.path}", flush=True)
+            release = _keep_ledger(ledger)
+            try:
+                program = _compile(optimizer, program, trainset, valset, args.threads, args.seed, args.rs_candidates)
+            finally:
+                release()
             program.save(str(program_path))
+            spent = ledger.finish()
             cost = {"system": "dspy", "config": args.config, "seed": args.seed, "optimizer": header["optimizer"],
-                    "wall_seconds": round(wall, 1), "lm_calls": counter.calls - calls_before,
-                    "server": {key: after[key] - before[key] for key in
-                               ("lm_requests", "prompt_tokens", "completion_tokens", "rm_requests", "lm_errors")},
-                    "train": header["train"], "val": header["val"],
-                    "note": "lm_calls: every LM call DSPy made (cache hits included); server: the requests that "
-                            "reached the LM server, counted at the gate (a compile resumed on a warm cache "
-                            "shows fewer)"}
+                    **spent, "train": header["train"], "val": header["val"],
+                    "note": "lm_calls: every LM call DSPy made (cache hits included; a resumed compile replays "
+                            "the earlier invocations' calls from the cache); server: the requests that reached "
+                            "the LM server, counted at the gate, summed over the invocations; wall_seconds: "
+                            "summed over the invocations (each one's in invocations)"}
             cost_path.write_text(json.dumps(cost, indent=1) + "\n", encoding="utf-8")
-            print(f"compiled in {wall:.0f} s: {cost['lm_calls']} LM calls, {cost['server']['lm_requests']} reached "
-                  f"the server ({cost['server']['prompt_tokens']} prompt, {cost['server']['completion_tokens']} "
-                  f"completion tokens) -> {program_path}", flush=True)
+            print(f"compiled in {cost['wall_seconds']:.0f} s: {cost['lm_calls']} LM calls, "
+                  f"{cost['server']['lm_requests']} reached the server ({cost['server']['prompt_tokens']} prompt, "
+                  f"{cost['server']['completion_tokens']} completion tokens) -> {program_path}", flush=True)
     if args.compile_only:
         return 0
 

@@ -6,6 +6,7 @@ project's format, compile costs, and the comparison. `run.sh` calls it; each com
     .venv/bin/python bench/peer/peer.py cut --src runs/peer/gemma/nq/dsp/nq-test-vanilla-seed0.jsonl --out results/peer/gemma/nq
     .venv/bin/python bench/peer/peer.py compile-cost --compiled C.json --before B.json --after A.json --wall 812 --out C.cost.json
     .venv/bin/python bench/peer/peer.py report --lm gemma --dataset nq --out results/peer/gemma/nq [--n 1000]
+    .venv/bin/python bench/peer/peer.py scoreboard [--out results/peer] [--n 500]
 
 - `prepare` loads the task's training pool and test questions exactly as `dsp run --split test` does (its
   own function), writes them to ``data.json`` for the DSPy side (whose venv lacks the project), with the
@@ -20,6 +21,8 @@ project's format, compile costs, and the comparison. `run.sh` calls it; each com
 - `cut` copies one of our results files into the results folder with its prompt traces cut (as results/).
 - `report` runs `dsp compare` over the column (the first dsp compile seed first) and writes ``report.md``
   with parse-failure rates and every compile's cost.
+- `scoreboard` prints RESULTS.md's table of where each column stands (every dsp compiler over its seeds
+  against DSPy's best configuration so far), recomputed from the results files.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from dsp.evaluation.rows import example_fingerprint, jsonable, metric_caller  # 
 from config import DSPY_VAL, GENERATION, MODELS, column_port, split_of  # noqa: E402
 
 __all__ = ["prepare_data", "column_identity", "dspy_identity", "convert_raw", "convert_all", "cut_traces", "gate_stats",
-           "compile_cost", "compile_calls", "matched_candidates", "parse_failures", "report", "main"]
+           "compile_cost", "compile_calls", "matched_candidates", "parse_failures", "report", "scoreboard", "main"]
 
 # Row keys our results/ files drop (the prompts and passages: large, and rerunning the command restores them).
 CUT = ("trace", "context", "traceback", "raw")
@@ -452,6 +455,76 @@ def report(lm: str, dataset: str, out: Path, n: int | None, tag: str = "") -> st
     return text
 
 
+_COMPILED = re.compile(r"-test-dsp-compiled_[a-z]+-dsp-small(?P<tag>(?:-[A-Za-z0-9_]+)*?)-seed(?P<seed>\d+)-seed\d+$")
+
+
+def _dspy_compile_calls(folder: Path, name: str) -> str:
+    """A DSPy configuration's LM calls to compile, from its cost file (none: the program as written)."""
+    cost = folder / "dspy" / f"{name}.cost.json"
+    if cost.exists():
+        return f"{compile_calls(json.loads(cost.read_text(encoding='utf-8'))):,}"
+    return "0" if "-none-" in name else "per question" if "-knn-" in name else "not recorded"
+
+
+def scoreboard(root: Path, n: int = 500) -> str:
+    """RESULTS.md's "Where each column stands", recomputed from the results files under `root`
+    (``<lm>/<dataset>/``): per served model and dataset, each dsp compiler's test EM on the first `n`
+    questions by compile seed, DSPy's best configuration so far, the weakest compile seed against it
+    (right only one / only the other, exact McNemar p), the LM calls each made to compile (dsp: the
+    range over seeds), and how many DSPy configurations have run. Columns of one served model (SmolLM2's
+    chat and text columns) are one row group: they answer the same test questions with the same model.
+
+    >>> scoreboard(ROOT / "results" / "peer").splitlines()[0].startswith("| LM × dataset | dsp compiler")
+    True
+    """
+    from dsp.evaluation.compare import compare_runs
+
+    lines = ["| LM × dataset | dsp compiler (column, tag) | test EM by compile seed | DSPy's best so far | weakest "
+             "seed vs DSPy's best: right only dsp / only DSPy (exact McNemar p) | LM calls to compile: dsp / "
+             "DSPy's best | DSPy configurations run |", "|---|---|---|---|---|---|---|"]
+    aliases: dict[str, list[str]] = {}
+    for key, model in MODELS.items():
+        aliases.setdefault(model.alias, []).append(key)
+    datasets = sorted({path.name for path in root.glob("*/*") if path.is_dir()})
+    for keys in aliases.values():
+        for dataset in datasets:
+            folders = [root / key / dataset for key in keys if (root / key / dataset).is_dir()]
+            files = [path for folder in folders for path in sorted(folder.glob("*.jsonl"))
+                     if len(read_run(path)[1]) >= n]
+            settings: dict[tuple[str, str], dict[int, Path]] = {}
+            for path in files:
+                found = _COMPILED.search(path.name.removesuffix(".jsonl"))
+                if found:
+                    settings.setdefault((path.parent.parent.name, found["tag"]), {})[int(found["seed"])] = path
+            dspy = [path for path in files if "-dspy-" in path.name]
+            if not settings:
+                continue
+            scores = {run.path: run.score for run in compare_runs(
+                [p for runs in settings.values() for p in runs.values()] + dspy, n=n).runs}
+            best = max(dspy, key=lambda p: (scores[str(p)], p.name)) if dspy else None
+            label = f"{MODELS[keys[0]].label.split(' (')[0]} × {dataset}"
+            for (column, tag), runs in settings.items():
+                seeds = sorted(runs)
+                by_seed = ", ".join(f"{scores[str(runs[s])]:.1f}" for s in seeds)
+                costs = [folder / f"dsp-compile{tag}-seed{s}.cost.json" for s in seeds
+                         for folder in [root / column / dataset]]
+                calls = [compile_calls(json.loads(c.read_text(encoding="utf-8"))) for c in costs if c.exists()]
+                dsp_calls = (f"{min(calls):,}" if min(calls) == max(calls) else f"{min(calls):,}–{max(calls):,}") \
+                    if calls else "not recorded"
+                if best is None:
+                    versus, best_cell, best_calls = "", "none run yet", ""
+                else:
+                    weakest = min((runs[s] for s in seeds), key=lambda p: scores[str(p)])
+                    pair = compare_runs([weakest, best], n=n).runs[1].paired or {}
+                    versus = f"{pair['a_only']} / {pair['b_only']} ({pair['p']:.2g})"
+                    name = best.name.removesuffix(".jsonl")
+                    best_cell = f"`{name.split('-dspy-')[1]}`: {scores[str(best)]:.1f}"
+                    best_calls = _dspy_compile_calls(best.parent, name)
+                lines.append(f"| {label} | `{column}`, {tag.lstrip('-') or 'untagged'} | {by_seed} | {best_cell} | "
+                             f"{versus} | {dsp_calls} / {best_calls or '–'} | {len(dspy)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -478,6 +551,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("matched", help="num_candidate_programs matched to dsp compile's LM calls")
     p.add_argument("--dataset", required=True)
     p.add_argument("costs", nargs="+")
+    p = sub.add_parser("scoreboard", help="RESULTS.md's table of where each column stands")
+    p.add_argument("--out", default=str(ROOT / "results" / "peer"), help="the results folder (default results/peer)")
+    p.add_argument("--n", type=int, default=500)
     p = sub.add_parser("report", help="dsp compare over the column, parse failures, compile costs")
     p.add_argument("--lm", required=True, choices=list(MODELS))
     p.add_argument("--dataset", required=True)
@@ -508,6 +584,8 @@ def main(argv: list[str] | None = None) -> int:
         _write_json(Path(args.out), compile_cost(Path(args.compiled), before, after, args.wall, previous))
     elif args.command == "matched":
         print(matched_candidates([Path(p) for p in args.costs], DSPY_VAL[args.dataset]))
+    elif args.command == "scoreboard":
+        print(scoreboard(Path(args.out), args.n))
     elif args.command == "report":
         print(report(args.lm, args.dataset, Path(args.out), args.n, args.compile_tag))
     return 0
