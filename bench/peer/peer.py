@@ -39,7 +39,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -367,6 +367,32 @@ def parse_failures(paths: Iterable[Path]) -> list[tuple[str, int, int]]:
     return out
 
 
+class CompiledRun(NamedTuple):
+    """What a compiled program's test-run file name says: `setting` (the name without its seeds: one
+    compiler on one column), `tag` (run.sh's --compile-tag, "" untagged) and the compile `seed`."""
+    setting: str
+    tag: str
+    seed: int
+
+
+_COMPILED = re.compile(r"-test-dsp-compiled_[a-z]+-dsp-small(?:-(?P<tag>[A-Za-z0-9_-]+?))?-seed(?P<seed>\d+)-seed\d+$")
+
+
+def compiled_run(name: str) -> CompiledRun | None:
+    """Parse a results file name made by run.sh's `dsp:compiled-seedN` unit (None: another kind of run).
+
+    >>> compiled_run("nq-test-dsp-compiled_nq-dsp-small-readings-seed2-seed0.jsonl")
+    CompiledRun(setting='nq-test-dsp-compiled_nq-dsp-small-readings', tag='readings', seed=2)
+    >>> compiled_run("nq-test-dsp-compiled_nq-dsp-small-seed1-seed0").tag, compiled_run("nq-test-vanilla-seed0")
+    ('', None)
+    """
+    stem = name.removesuffix(".jsonl")
+    found = _COMPILED.search(stem)
+    if not found:
+        return None
+    return CompiledRun(stem[:found.start("seed") - len("-seed")], found["tag"] or "", int(found["seed"]))
+
+
 def _order(paths: list[Path], tag: str = "") -> list[Path]:
     """The comparison's order: dsp compile's runs first, the compiler `tag` names (run.sh's --compile-tag;
     "": the untagged one) before the others (its seed 0 leads: every other run is paired with it), then
@@ -379,18 +405,15 @@ def _order(paths: list[Path], tag: str = "") -> list[Path]:
     >>> _order([Path(n) for n in names[:2]], "readings")[0].name  # no run of it yet: the untagged one leads
     'nq-test-dsp-compiled_nq-dsp-small-seed0-seed0.jsonl'
     """
-    def pattern(tag: str) -> re.Pattern[str]:
-        return re.compile(r"-compiled_[a-z]+-dsp-small" + (f"-{re.escape(tag)}" if tag else "") + r"-seed\d+-seed")
-    lead = pattern(tag)
-    if not any(lead.search(path.name) for path in paths):  # that compiler has no test run yet
-        lead = pattern("")
+    tags = {run.tag for run in map(compiled_run, (path.name for path in paths)) if run}
+    lead = tag if tag in tags else ""  # that compiler has no test run yet: the untagged one leads
 
     def rank(path: Path) -> tuple[int, str]:
-        name = path.name
+        name, run = path.name, compiled_run(path.name)
         if "-dspy-" in name:
             return 4, name
-        if "-compiled_" in name:  # the compiler named first; a trial's or another compiler's after
-            return (0 if lead.search(name) else 1), name
+        if run:  # the compiler named first; a trial's or another compiler's after
+            return (0 if run.tag == lead else 1), name
         return (2 if "-dsp-small" in name else 3), name
     return sorted(paths, key=rank)
 
@@ -419,8 +442,9 @@ def report(lm: str, dataset: str, out: Path, n: int | None, tag: str = "") -> st
     # name but for the seed: run.sh's, or a tagged trial's) are summarized together, never mixed.
     settings: dict[str, list[Any]] = {}
     for run in table.runs:
-        if "-compiled_" in run.name:
-            settings.setdefault(re.sub(r"-seed\d+-seed\d+$", "", run.name), []).append(run)
+        compiled = compiled_run(run.name)
+        if compiled:
+            settings.setdefault(compiled.setting, []).append(run)
     for setting, runs in settings.items():
         if len(runs) > 1:
             scores = [run.score for run in runs]
@@ -453,9 +477,6 @@ def report(lm: str, dataset: str, out: Path, n: int | None, tag: str = "") -> st
     text = "\n".join(lines)
     (out / "report.md").write_text(text + "\n", encoding="utf-8")
     return text
-
-
-_COMPILED = re.compile(r"-test-dsp-compiled_[a-z]+-dsp-small(?P<tag>(?:-[A-Za-z0-9_]+)*?)-seed(?P<seed>\d+)-seed\d+$")
 
 
 def _dspy_compile_calls(folder: Path, name: str) -> str:
@@ -493,9 +514,9 @@ def scoreboard(root: Path, n: int = 500) -> str:
                      if len(read_run(path)[1]) >= n]
             settings: dict[tuple[str, str], dict[int, Path]] = {}
             for path in files:
-                found = _COMPILED.search(path.name.removesuffix(".jsonl"))
-                if found:
-                    settings.setdefault((path.parent.parent.name, found["tag"]), {})[int(found["seed"])] = path
+                compiled = compiled_run(path.name)
+                if compiled:
+                    settings.setdefault((path.parent.parent.name, compiled.tag), {})[compiled.seed] = path
             dspy = [path for path in files if "-dspy-" in path.name]
             if not settings:
                 continue
@@ -506,8 +527,8 @@ def scoreboard(root: Path, n: int = 500) -> str:
             for (column, tag), runs in settings.items():
                 seeds = sorted(runs)
                 by_seed = ", ".join(f"{scores[str(runs[s])]:.1f}" for s in seeds)
-                costs = [folder / f"dsp-compile{tag}-seed{s}.cost.json" for s in seeds
-                         for folder in [root / column / dataset]]
+                costs = [root / column / dataset / f"dsp-compile{'-' * bool(tag)}{tag}-seed{s}.cost.json"
+                         for s in seeds]
                 calls = [compile_calls(json.loads(c.read_text(encoding="utf-8"))) for c in costs if c.exists()]
                 dsp_calls = (f"{min(calls):,}" if min(calls) == max(calls) else f"{min(calls):,}–{max(calls):,}") \
                     if calls else "not recorded"
@@ -520,7 +541,7 @@ def scoreboard(root: Path, n: int = 500) -> str:
                     name = best.name.removesuffix(".jsonl")
                     best_cell = f"`{name.split('-dspy-')[1]}`: {scores[str(best)]:.1f}"
                     best_calls = _dspy_compile_calls(best.parent, name)
-                lines.append(f"| {label} | `{column}`, {tag.lstrip('-') or 'untagged'} | {by_seed} | {best_cell} | "
+                lines.append(f"| {label} | `{column}`, {tag or 'untagged'} | {by_seed} | {best_cell} | "
                              f"{versus} | {dsp_calls} / {best_calls or '–'} | {len(dspy)} |")
     return "\n".join(lines)
 
