@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import doctest
 import json
+import signal
+import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -27,7 +29,7 @@ import config  # noqa: E402  (bench/peer on the path)
 import gate  # noqa: E402
 import peer  # noqa: E402
 import dspy_side  # noqa: E402
-from dspy_side import HashingTfidf, parse_config  # noqa: E402
+from dspy_side import CompileLedger, HashingTfidf, parse_config  # noqa: E402
 
 
 def _raw_file(path: Path, data: dict, rows: list[dict], seed: int = 0) -> Path:
@@ -304,8 +306,6 @@ def test_a_compile_rerun_on_a_warm_cache_keeps_the_first_runs_cost(tmp_path):
 def test_run_sh_takes_a_compile_tag_and_compile_only(extra, code, said):
     """A changed compiler's files get a name of their own (-TAG); a tag that would break a file name is refused
     before anything starts (--list: the units only, no server)."""
-    import subprocess
-
     script = Path(__file__).resolve().parents[1] / "bench" / "peer" / "run.sh"
     done = subprocess.run(["bash", str(script), "--lm", "gemma", "--dataset", "squad", "--only", "dsp:compiled",
                            *extra, "--list"], capture_output=True, text=True, timeout=60)
@@ -329,9 +329,6 @@ time.sleep(60)
 
 
 def test_a_dspy_compile_stopped_by_sigterm_and_resumed_reports_the_spend_of_both_invocations(tmp_path):
-    import signal
-    import subprocess
-
     counters, ledger_path = tmp_path / "gate.json", tmp_path / "c.compile-ledger.json"
     counters.write_text(json.dumps({"lm_requests": 100, "prompt_tokens": 10000}))
     child = subprocess.Popen([sys.executable, "-c", _KILLED_COMPILE, str(PEER), str(counters), str(ledger_path)],
@@ -345,7 +342,7 @@ def test_a_dspy_compile_stopped_by_sigterm_and_resumed_reports_the_spend_of_both
 
     # Resumed: 300 of its calls replayed from the cache, 50 new ones reach the server.
     calls = [0]
-    resumed = dspy_side.CompileLedger(ledger_path, {"config": "rtr_predict-rs-chat"},
+    resumed = CompileLedger(ledger_path, {"config": "rtr_predict-rs-chat"},
                             lambda: json.loads(counters.read_text()), lambda: calls[0])
     resumed.start()
     counters.write_text(json.dumps({"lm_requests": 450, "prompt_tokens": 95000}))
@@ -357,7 +354,7 @@ def test_a_dspy_compile_stopped_by_sigterm_and_resumed_reports_the_spend_of_both
 
     # Another configuration's ledger is refused, not summed into this one.
     ledger_path.write_text(json.dumps({"header": {"config": "rtr_predict-mipro-chat"}, "invocations": [first]}))
-    other = dspy_side.CompileLedger(ledger_path, {"config": "rtr_predict-rs-chat"}, lambda: {}, lambda: 0)
+    other = CompileLedger(ledger_path, {"config": "rtr_predict-rs-chat"}, lambda: {}, lambda: 0)
     with pytest.raises(SystemExit, match="another configuration"):
         other.start()
 

@@ -464,13 +464,16 @@ def report(lm: str, dataset: str, out: Path, n: int | None, tag: str = "") -> st
         lines.append("")
     costs = sorted(out.glob("*.cost.json")) + sorted((out / "dspy").glob("*.cost.json"))
     if costs:
-        lines += ["| compile | wall s (this invocation) | LM calls (own count) | reached the server | by its rows "
-                  "(when they ran) | prompt tokens | completion tokens |", "|---|---|---|---|---|---|---|"]
+        # A resumed compile's invocation is only its last sitting; its rows keep the seconds of every one.
+        lines += ["| compile | wall s (this invocation) | wall s by its rows | LM calls (own count) | reached the "
+                  "server | by its rows (when they ran) | prompt tokens | completion tokens |",
+                  "|---|---|---|---|---|---|---|---|"]
         for path in costs:
             cost = json.loads(path.read_text(encoding="utf-8"))
             server = cost.get("server") or {}
             rows = cost.get("rows_usage") or {}
-            lines.append(f"| {path.name.removesuffix('.cost.json')} | {cost.get('wall_seconds')} | {own_calls(cost)} | "
+            lines.append(f"| {path.name.removesuffix('.cost.json')} | {cost.get('wall_seconds')} | "
+                         f"{rows.get('seconds')} | {own_calls(cost)} | "
                          f"{server.get('lm_requests')} | {rows.get('requests')} | {server.get('prompt_tokens')} | "
                          f"{server.get('completion_tokens')} |")
         lines.append("")
@@ -527,7 +530,7 @@ def scoreboard(root: Path, n: int = 500) -> str:
             for (column, tag), runs in settings.items():
                 seeds = sorted(runs)
                 by_seed = ", ".join(f"{scores[str(runs[s])]:.1f}" for s in seeds)
-                costs = [root / column / dataset / f"dsp-compile{'-' * bool(tag)}{tag}-seed{s}.cost.json"
+                costs = [root / column / dataset / f"dsp-compile{f'-{tag}' if tag else ''}-seed{s}.cost.json"
                          for s in seeds]
                 calls = [compile_calls(json.loads(c.read_text(encoding="utf-8"))) for c in costs if c.exists()]
                 dsp_calls = (f"{min(calls):,}" if min(calls) == max(calls) else f"{min(calls):,}–{max(calls):,}") \
