@@ -4,8 +4,11 @@ parse failures counted; the gate fills the generation policy; the unit selection
 
 from __future__ import annotations
 
+import contextlib
 import doctest
+import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -221,6 +224,30 @@ def test_units_selection_configs_and_the_matched_budget(tmp_path):
     cost = tmp_path / "c.cost.json"
     cost.write_text(json.dumps({"lm_usage": {"requests": 700, "cached_requests": 100}}))
     assert peer.matched_candidates([cost], 80) == 7  # 800 calls / 80 per candidate, less DSPy's 3 fixed ones
+
+
+@pytest.mark.parametrize("lm", sorted(config.MODELS))
+def test_llama_cpp_server_reads_each_columns_serve_args_as_meant(lm, monkeypatch):
+    """run.sh passes `config.py serve-args LM` to dsp.serve_lm, which hands them to llama_cpp.server: its own
+    parser must take every one (a misspelt option would stop the server at start), and the server stays the
+    one every unit so far ran on: no prompt cache, llama_cpp.server's logits (bench/bench_serve_cache.py:
+    the cache's setting changes a third of Gemma's greedy completions)."""
+    import argparse
+
+    from llama_cpp.server.cli import add_args_from_model, parse_model_from_args
+    from llama_cpp.server.settings import ModelSettings
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        config._main(["serve-args", lm])
+    args = printed.getvalue().split()
+    args = [a for i, a in enumerate(args) if not (a == "--model" or i and args[i - 1] == "--model")]
+    parser = argparse.ArgumentParser()
+    add_args_from_model(parser, ModelSettings)
+    settings = parse_model_from_args(ModelSettings, parser.parse_args(["--model", "m.gguf", *args]))
+    assert (settings.n_ctx, settings.n_threads, settings.model_alias) == (8192, 2, config.MODELS[lm].alias)
+    assert settings.cache is False and settings.logits_all is True
 
 
 def test_the_knn_vectorizer_is_offline_and_finds_the_near_question():
