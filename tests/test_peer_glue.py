@@ -4,6 +4,7 @@ parse failures counted; the gate fills the generation policy; the unit selection
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import doctest
 import io
@@ -232,8 +233,6 @@ def test_llama_cpp_server_reads_each_columns_serve_args_as_meant(lm, monkeypatch
     parser must take every one (a misspelt option would stop the server at start), and the server stays the
     one every unit so far ran on: no prompt cache, llama_cpp.server's logits (bench/bench_serve_cache.py:
     the cache's setting changes a third of Gemma's greedy completions)."""
-    import argparse
-
     from llama_cpp.server.cli import add_args_from_model, parse_model_from_args
     from llama_cpp.server.settings import ModelSettings
 
