@@ -1,23 +1,30 @@
-"""Benchmark: `python -m dsp.serve_lm` with llama-cpp-python's RAM prompt cache against without it.
+"""Benchmark: serving two alternating prompt families -- one `python -m dsp.serve_lm` (the anchor), two
+behind the peer harness's gate routing by shared prefix, one with llama-cpp-python's RAM prompt cache.
 
-    DSP_DATA_DIR=../shared/data .venv/bin/python bench/bench_serve_cache.py [--questions 12] [--grouped]
+    DSP_DATA_DIR=../shared/data .venv/bin/python bench/bench_serve_cache.py [--questions 12] \
+        [--variants routed,cache,grouped]
 
 llama.cpp keeps one prompt's KV cache and reuses the longest prefix the next prompt shares with it. A
 client that alternates two prompt families (DSPy, when its ChatAdapter's answer does not parse, asks again
 through its JSONAdapter: other instructions before the same demos) loses that prefix on every request
-and evaluates the whole prompt each time. The RAM cache (``--cache true``) keeps several prompts'
-states and restores the one sharing the longest prefix. It needs ``--logits_all false``: with
-llama_cpp.server's default (true) every cached state copies a row of logits per prompt token (Gemma:
-1 MB a token) and the server is killed for memory within a few requests (seen with a 150 MB cache: 18
-GB). Neither system asks the server for logprobs.
+and evaluates the whole prompt each time. Two ways back:
 
-The anchor is the server as bench/peer/run.sh starts it (no cache), measured in the same run on the
-same requests: for each of N SQuAD dev questions, the two families' prompts (four solved demos of three
-paragraphs each, then the question's; ~3,000 tokens), in that order, greedy, the harness's 150 tokens.
-Prints each server's wall time, the ratio, and how many of the 2N completions are identical;
-``--grouped`` also sends the plain server the requests one family after the other, to tell how much its
-answers depend on the previous prompt. The peer harness does not use the cache: its columns keep the
-server their first units ran on (BENCHMARKS.md has the figures and the reason).
+- ``routed``: two plain servers behind bench/peer/gate.py, whose router sends each prompt to the server
+  whose last prompt shares the longest prefix with it, one generation at a time: each family settles
+  on a server of its own.
+- ``cache``: one server with the RAM cache (``--cache true``), which keeps several prompts' states and
+  restores the one sharing the longest prefix. It needs ``--logits_all false``: with llama_cpp.server's
+  default (true) every cached state copies a row of logits per prompt token (Gemma: 1 MB a token) and the
+  server is killed for memory within a few requests (seen with a 150 MB cache: 18 GB).
+- ``grouped``: the plain server, the requests one family after the other: how much its answers depend
+  on the previous prompt.
+
+The anchor is one server as bench/peer/run.sh starts it (no cache), measured in the same run on the same
+requests, all through the gate (its generation policy): for each of N SQuAD dev questions, the two
+families' prompts (four solved demos of three paragraphs each, then the question's; ~3,000 tokens), in
+that order, greedy, the harness's 150 tokens. Prints each variant's wall time, the ratio, and how many of
+the 2N completions are identical to the anchor's. BENCHMARKS.md has the figures, and why the harness
+routes over two servers and leaves the cache off.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -37,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench" / "peer"))
 
 from config import MODELS  # noqa: E402  (bench/peer on the path)
+from gate import POLICY, Gate  # noqa: E402
 
 # llama-cpp-python's RAM cache of prompt states; logits for the last token only (see the module notes).
 PROMPT_CACHE = ("--logits_all", "false", "--cache", "true", "--cache_type", "ram", "--cache_size", str(400 * 2**20))
@@ -91,35 +100,60 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(model: str, extra: tuple[str, ...], threads: int, texts: list[str]) -> tuple[float, list[str]]:
-    """Start dsp.serve_lm with `extra`, send `texts` one by one (chat, greedy, 150 tokens), stop it;
-    the wall seconds of the requests and the completions."""
+def _start(model: str, extra: tuple[str, ...], threads: int) -> tuple[subprocess.Popen, str]:
+    """dsp.serve_lm with the column's arguments and `extra`, answering; (process, URL)."""
     port = _free_port()
     spec = MODELS[model]
     args = [sys.executable, "-m", "dsp.serve_lm", "--host", "127.0.0.1", "--port", str(port), *spec.serve_args,
             "--model_alias", spec.alias, "--n_threads", str(threads), *extra]
     server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(240):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2)
+            return server, f"http://127.0.0.1:{port}"
+        except OSError:
+            if server.poll() is not None:
+                sys.exit(f"the server exited ({server.returncode}): {' '.join(args)}")
+            time.sleep(0.5)
+    server.terminate()
+    sys.exit(f"the server did not answer within 120 s: {' '.join(args)}")
+
+
+def serve(model: str, extra: tuple[str, ...], threads: int, texts: list[str],
+          servers: int = 1) -> tuple[float, list[str], list[int]]:
+    """Start `servers` dsp.serve_lm with `extra` behind the harness's gate (its generation policy, its
+    router), send `texts` one by one (chat, greedy, 150 tokens), stop them; the wall seconds of the
+    requests, the completions, and how many requests each server answered."""
+    processes, urls = [], []
     try:
-        for _ in range(240):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2)
-                break
-            except OSError:
-                if server.poll() is not None:
-                    sys.exit(f"the server exited ({server.returncode}): {' '.join(args)}")
-                time.sleep(0.5)
+        for _ in range(servers):
+            process, url = _start(model, extra, threads)
+            processes.append(process)
+            urls.append(url)
+        front = Gate(0, urls, "http://127.0.0.1:9")  # no RM behind it: the bench asks none
+        threading.Thread(target=front.serve_forever, daemon=True).start()
+        endpoint = f"http://127.0.0.1:{front.server_address[1]}/lm/v1/chat/completions"
         answers, started = [], time.perf_counter()
         for text in texts:
-            body = {"model": spec.alias, "messages": [{"role": "user", "content": text}],
+            body = {"model": MODELS[model].alias, "messages": [{"role": "user", "content": text}],
                     "temperature": 0.0, "max_tokens": 150}
-            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
-                                             json.dumps(body).encode(), {"Content-Type": "application/json"})
+            request = urllib.request.Request(endpoint, json.dumps(body).encode(), {"Content-Type": "application/json"})
             with urllib.request.urlopen(request, timeout=900) as reply:
                 answers.append(json.load(reply)["choices"][0]["message"]["content"])
-        return time.perf_counter() - started, answers
+        seconds = time.perf_counter() - started
+        front.shutdown()
+        return seconds, answers, list(front.stats["lm_servers"])
     finally:
-        server.terminate()
-        server.wait(timeout=60)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=60)
+
+
+def _differences(anchor: list[str], other: list[str]) -> None:
+    for i, (a, b) in enumerate(zip(anchor, other)):
+        if a != b:
+            print(f"  request {i}: plain {a[:60]!r}\n  {' ' * len(str(i))}        other {b[:60]!r}")
 
 
 def main() -> None:
@@ -128,32 +162,41 @@ def main() -> None:
     parser.add_argument("--model", default="gemma", choices=sorted(MODELS))
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--cache-args", help="the cached server's extra arguments instead of PROMPT_CACHE")
-    parser.add_argument("--grouped", action="store_true",
-                        help="also send the plain server the requests grouped by family (order dependence)")
+    parser.add_argument("--variants", default="routed,cache",
+                        help="comma list, measured against the plain server: routed (two plain servers behind the "
+                             "gate's router), cache (the RAM prompt cache), grouped (the plain server, the requests "
+                             "one family after the other)")
     args = parser.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = sorted(set(variants) - {"routed", "cache", "grouped"})
+    if unknown:
+        parser.error(f"--variants: unknown {', '.join(unknown)} (routed, cache, grouped)")
     texts = prompts(squad_items(args.questions + 4))
     base = MODELS[args.model].server
-    cached = base + (tuple(args.cache_args.split()) if args.cache_args else PROMPT_CACHE)
     print(f"{len(texts)} requests ({args.questions} questions x {len(FAMILIES)} families, alternating), "
-          f"{args.model}, {args.threads} threads")
-    plain_s, plain = serve(args.model, base, args.threads, texts)
-    print(f"without the cache {' '.join(base)}: {plain_s:.1f} s ({plain_s / len(texts):.1f} s a request)")
-    cache_s, with_cache = serve(args.model, cached, args.threads, texts)
-    print(f"with the cache {' '.join(cached)}: {cache_s:.1f} s ({cache_s / len(texts):.1f} s a request)")
-    if args.grouped:
-        # The same requests to the plain server, one family after the other: how much its greedy answers
-        # already depend on which prompt came before (its one-prompt prefix reuse).
-        order = [i for i in range(len(texts)) if i % 2 == 0] + [i for i in range(len(texts)) if i % 2]
-        grouped_s, grouped = serve(args.model, base, args.threads, [texts[i] for i in order])
-        again = dict(zip(order, grouped))
-        print(f"without the cache, grouped by family: {grouped_s:.1f} s; identical to its alternating "
-              f"answers: {sum(again[i] == plain[i] for i in range(len(texts)))} of {len(texts)}, to the "
-              f"cache's: {sum(again[i] == with_cache[i] for i in range(len(texts)))}")
-    same = sum(a == b for a, b in zip(plain, with_cache))
-    print(f"speed-up (without / with): {plain_s / cache_s:.2f}x; identical completions: {same} of {len(texts)}")
-    for i, (a, b) in enumerate(zip(plain, with_cache)):
-        if a != b:
-            print(f"  request {i}: without {a[:60]!r}\n  {' ' * len(str(i))}           with {b[:60]!r}")
+          f"{args.model}, {args.threads} threads, through the gate (policy {POLICY})")
+    plain_s, plain, _ = serve(args.model, base, args.threads, texts)
+    print(f"plain, one server {' '.join(base)}: {plain_s:.1f} s ({plain_s / len(texts):.1f} s a request)")
+    for variant in variants:
+        if variant == "grouped":
+            # The plain server, one family after the other: how much its greedy answers already depend
+            # on which prompt came before (its one-prompt prefix reuse).
+            order = [i for i in range(len(texts)) if i % 2 == 0] + [i for i in range(len(texts)) if i % 2]
+            seconds, grouped, _ = serve(args.model, base, args.threads, [texts[i] for i in order])
+            again = dict(zip(order, grouped))
+            answers = [again[i] for i in range(len(texts))]
+            label = "plain, one server, grouped by family"
+        elif variant == "routed":
+            seconds, answers, counts = serve(args.model, base, args.threads, texts, servers=2)
+            label = f"two plain servers, routed by shared prefix (requests per server {counts})"
+        else:
+            cached = base + (tuple(args.cache_args.split()) if args.cache_args else PROMPT_CACHE)
+            seconds, answers, _ = serve(args.model, cached, args.threads, texts)
+            label = f"one server with the RAM cache {' '.join(cached)}"
+        same = sum(a == b for a, b in zip(plain, answers))
+        print(f"{label}: {seconds:.1f} s ({seconds / len(texts):.1f} s a request); plain / this "
+              f"{plain_s / seconds:.2f}x; completions identical to plain's: {same} of {len(texts)}")
+        _differences(plain, answers)
 
 
 if __name__ == "__main__":

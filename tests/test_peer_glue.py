@@ -162,7 +162,7 @@ class _Upstream(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        out = json.dumps({"choices": [{"text": "ok"}], "got": body,
+        out = json.dumps({"choices": [{"text": "ok"}], "got": body, "port": self.server.server_address[1],
                           "usage": {"prompt_tokens": 7, "completion_tokens": 2}}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -202,6 +202,42 @@ def test_the_gate_fills_the_policy_and_counts_what_reaches_the_server():
         upstream.shutdown()
 
 
+def test_the_gate_keeps_each_prompt_family_on_a_server_of_its_own():
+    """Two LM servers behind the gate: DSPy's ChatAdapter prompts and its JSONAdapter retries (other
+    instructions, the same demos) alternate, and each family settles on one server, where its demos are
+    the prefix llama.cpp reuses; one generation at a time; the counters still add up over both."""
+    upstreams = [HTTPServer(("127.0.0.1", 0), _Upstream) for _ in range(2)]
+    server = gate.Gate(0, [f"http://127.0.0.1:{u.server_address[1]}" for u in upstreams], "http://127.0.0.1:9",
+                       merge_system=True)
+    for s in (*upstreams, server):
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    ports = [u.server_address[1] for u in upstreams]
+    demos = [{"role": "user", "content": f"[[ ## question ## ]] demo {i} " * 20} for i in range(4)]
+    try:
+        def ask(system: str, question: str) -> int:
+            body = {"messages": [{"role": "system", "content": system}, *demos, {"role": "user", "content": question}]}
+            request = Request(f"{url}/lm/v1/chat/completions", json.dumps(body).encode(),
+                              {"Content-Type": "application/json"})
+            with urlopen(request, timeout=10) as response:
+                return ports.index(json.load(response)["port"])
+
+        chat, js = "Respond with [[ ## answer ## ]], then [[ ## completed ## ]].", "Respond with a JSON object."
+        assert [ask(family, f"Q{i}") for i in range(3) for family in (chat, js)] == [0, 1, 0, 1, 0, 1]
+        # A run of one family stays on its server (not taken in turns).
+        assert [ask(chat, "Q7"), ask(chat, "Q8"), ask(js, "Q8")] == [0, 0, 1]
+        with urlopen(f"{url}/gate/stats", timeout=10) as response:
+            stats = json.load(response)
+        assert stats["lm_servers"] == [5, 4] and stats["lm_requests"] == 9 and stats["prompt_tokens"] == 63
+        assert stats["filled"]["system->first user message"] == 9
+    finally:
+        server.shutdown()
+        for u in upstreams:
+            u.shutdown()
+    with pytest.raises(ValueError, match="no LM server"):
+        gate.Gate(0, [], "http://127.0.0.1:9")
+
+
 def test_units_selection_configs_and_the_matched_budget(tmp_path):
     nq, hotpot = config.units("nq"), config.units("hotpotqa")
     assert nq[:10] == ["dsp:vanilla-seed0", *(f"dsp:rtr-seed{s}" for s in range(5)), "dsp:small-seed0",
@@ -232,7 +268,7 @@ def test_llama_cpp_server_reads_each_columns_serve_args_as_meant(lm, monkeypatch
     """run.sh passes `config.py serve-args LM` to dsp.serve_lm, which hands them to llama_cpp.server: its own
     parser must take every one (a misspelt option would stop the server at start), and the server stays the
     one every unit so far ran on: no prompt cache, llama_cpp.server's logits (bench/bench_serve_cache.py:
-    the cache's setting changes a third of Gemma's greedy completions)."""
+    the cache's setting changes some of Gemma's greedy completions, where two plain servers change none)."""
     from llama_cpp.server.cli import add_args_from_model, parse_model_from_args
     from llama_cpp.server.settings import ModelSettings
 

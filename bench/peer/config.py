@@ -39,7 +39,9 @@ class Model:
     `merge_system`: the gate moves a chat request's system message to the start of the first user
     message, as the model's own chat template does, where the server's chat format would drop it;
     `dspy`: whether DSPy's units belong to this column (DSPy always calls the chat endpoint, so a
-    column that differs from another only in `dsp_type` leaves them to that one).
+    column that differs from another only in `dsp_type` leaves them to that one); `servers`: how many
+    servers of the model the gate routes generations over, each by the longest shared prompt prefix
+    (gate.PrefixRouter: two keep DSPy's two adapters' prompts apart, bench/bench_serve_cache.py).
     """
 
     key: str
@@ -50,6 +52,7 @@ class Model:
     server: tuple[str, ...] = field(default=("--n_ctx", "8192"))
     merge_system: bool = False
     dspy: bool = True
+    servers: int = 2
 
 
 # The ONE model -> server mapping. Correct it here if `dsp.serve_lm` names SmolLM2 otherwise.
@@ -189,6 +192,8 @@ def _main(argv: list[str]) -> int:
         model = MODELS[args[0]]
         threads = str(len(os.sched_getaffinity(0)))  # llama_cpp.server's default is half the cores
         print("\n".join([*model.serve_args, "--model_alias", model.alias, *model.server, "--n_threads", threads]))
+    elif key == "lm-servers":
+        print(MODELS[args[0]].servers)
     elif key == "gate-args":
         print("--merge-system" if MODELS[args[0]].merge_system else "")
     elif key == "port":

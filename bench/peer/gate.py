@@ -1,12 +1,15 @@
 """The column's gate: one fixed loopback port in front of the LM server and the RM server, for both systems.
 
-    python bench/peer/gate.py --port 18800 --lm http://127.0.0.1:41001 --rm http://127.0.0.1:41002
+    python bench/peer/gate.py --port 18800 --lm http://127.0.0.1:41001 [--lm http://127.0.0.1:41003] \
+        --rm http://127.0.0.1:41002
 
 - ``/lm/...`` goes to the LM server (``/lm/v1/completions`` -> ``/v1/completions``), with the generation
   policy (config.GENERATION, plus the sampling settings below) filled into any request that lacks a
   value: the same policy for dsp and for DSPy, whatever each client sends by default; with
   ``--merge-system`` (Gemma) a chat request's system message is rendered as the model's own template
-  does, at the start of the first user message;
+  does, at the start of the first user message; with several ``--lm`` servers of one model, each
+  generation goes to the one whose last prompt shares the longest prefix with it (`PrefixRouter`), one
+  generation at a time, as one server would run them;
 - ``/rm/...`` goes to the RM server (``dsp serve``: ``/rm/api/search`` -> ``/api/search``);
 - ``GET /gate/stats``: what reached the servers (LM requests, prompt and completion tokens as the LM
   server counted them, RM searches, which defaults were filled in how often) -- the same meter for both
@@ -16,7 +19,12 @@
 Why a gate: the URLs a dsp results file records (and its cache keys) hold the port, so they must not
 change between invocations of run.sh, while the servers behind it may start on any free port; and the
 llama.cpp server's own defaults (temperature 0.8, top-k 40, a repeat penalty, 16 tokens) would apply to
-whatever a client leaves out. Standard library only.
+whatever a client leaves out. Why several LM servers: llama.cpp's server keeps one prompt's state and
+reuses the longest prefix the next prompt shares with it; DSPy, when its ChatAdapter's answer does not
+parse, asks again through its JSONAdapter (other instructions before the same demos), so one server
+evaluates both prompts whole on every such question. Two servers, each kept on one family, reuse the
+demos on both (bench/bench_serve_cache.py measures it, and that the answers do not change). Standard
+library only.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from config import GENERATION  # noqa: E402  (this folder on the path: run as a script)
 
-__all__ = ["POLICY", "Gate", "fill_policy", "merge_system", "main"]
+__all__ = ["POLICY", "Gate", "PrefixRouter", "fill_policy", "merge_system", "prompt_text", "shared_prefix", "main"]
 
 # What a request that names none of them runs with: config.GENERATION, and the sampling settings of the
 # project's embedded client (dsp.LlamaCpp: no top-k, top-p or min-p cut, no repeat penalty), so a
@@ -94,19 +102,91 @@ def merge_system(body: dict[str, Any]) -> bool:
     return True
 
 
+def prompt_text(body: dict[str, Any]) -> str:
+    """What a generation request asks the model to read, as one string whose prefixes follow the rendered
+    prompt's: the completion prompt, or the chat messages' roles and contents in order.
+
+    >>> prompt_text({"prompt": "Q: a"}), prompt_text({"messages": [{"role": "user", "content": "Q"}]})
+    ('Q: a', 'user\\x1fQ\\x1e')
+    """
+    if "messages" in body:
+        messages = body["messages"] if isinstance(body["messages"], list) else []
+        return "".join(f"{m.get('role')}\x1f{m.get('content')}\x1e" if isinstance(m, dict) else f"{m}\x1e"
+                       for m in messages)
+    prompt = body.get("prompt")
+    return prompt if isinstance(prompt, str) else json.dumps(prompt)
+
+
+def shared_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of `a` and `b` (a binary search over slice comparisons:
+    prompts run to tens of thousands of characters).
+
+    >>> shared_prefix("demos, then Q1", "demos, then Q2"), shared_prefix("", "x")
+    (13, 0)
+    """
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+class PrefixRouter:
+    """Which of `n` LM servers (one model, one setting) reads a prompt: the one whose last prompt shares the
+    longest prefix with it (ties: the least recently used); but a prompt sharing less than `reuse` of
+    itself with every server goes to a server not used yet, if there is one. Two prompt families
+    alternating (DSPy's ChatAdapter, then its JSONAdapter on the same demos) so settle on a server each,
+    and a run of one family stays on one server, as on a single server.
+
+    >>> router = PrefixRouter(2)
+    >>> [router.route(t) for t in ("chat: demos Q1", "json: demos Q1", "chat: demos Q2", "json: demos Q2")]
+    [0, 1, 0, 1]
+    >>> router.route("chat: other demos Q3"), router.route("json: other demos Q3")
+    (0, 1)
+    """
+
+    def __init__(self, n: int, reuse: float = 0.5) -> None:
+        self.last: list[str | None] = [None] * n  # None: not used yet
+        self.used = [0] * n
+        self.reuse = reuse
+        self.clock = 0
+
+    def route(self, text: str) -> int:
+        """The server for `text`; it is then that server's last prompt (call in the order they run)."""
+        shared = [-1 if last is None else shared_prefix(last, text) for last in self.last]
+        unused = [i for i, last in enumerate(self.last) if last is None]
+        if unused and max(shared) < self.reuse * len(text):
+            chosen = unused[0]
+        else:
+            chosen = max(range(len(shared)), key=lambda i: (shared[i], -self.used[i]))
+        self.clock += 1
+        self.last[chosen], self.used[chosen] = text, self.clock
+        return chosen
+
+
 class Gate(ThreadingHTTPServer):
-    """The gate's server: upstream addresses and counters."""
+    """The gate's server: upstream addresses, the router over the LM servers, and counters."""
 
     daemon_threads = True
 
-    def __init__(self, port: int, lm: str, rm: str, merge_system: bool = False) -> None:
+    def __init__(self, port: int, lm: str | list[str], rm: str, merge_system: bool = False) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
-        self.upstream = {"lm": urlsplit(lm), "rm": urlsplit(rm)}
+        lms = [lm] if isinstance(lm, str) else list(lm)
+        if not lms:
+            raise ValueError("Gate: no LM server given (--lm)")
+        self.upstream = {"rm": urlsplit(rm), **{f"lm{i}": urlsplit(url) for i, url in enumerate(lms)}}
         self.merge_system = merge_system
         self.lock = threading.Lock()
+        # One generation at a time over all the LM servers: a single server runs them one by one, and two
+        # llama.cpp servers computing at once on the same cores would only slow each other down.
+        self.generating = threading.Lock()
+        self.router = PrefixRouter(len(lms))
         self.stats: dict[str, Any] = {"lm_requests": 0, "lm_errors": 0, "prompt_tokens": 0, "completion_tokens": 0,
                                       "lm_seconds": 0.0, "rm_requests": 0, "rm_errors": 0, "filled": {},
-                                      "started": time.time()}
+                                      "lm_servers": [0] * len(lms), "started": time.time()}
         self.local = threading.local()
 
     def connection(self, which: str) -> http.client.HTTPConnection:
@@ -131,6 +211,8 @@ class Gate(ThreadingHTTPServer):
                 if key == "filled":
                     for name in value:
                         self.stats["filled"][name] = self.stats["filled"].get(name, 0) + 1
+                elif key == "server":
+                    self.stats["lm_servers"][value] += 1
                 else:
                     self.stats[key] += value
 
@@ -176,7 +258,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         upstream_path = "/" + rest
         filled: list[str] = []
-        if which == "lm" and method == "POST" and upstream_path.split("?")[0] in _GENERATION_PATHS:
+        request: Any = None
+        generation = which == "lm" and method == "POST" and upstream_path.split("?")[0] in _GENERATION_PATHS
+        if generation:
             try:
                 request = json.loads(body or b"{}")
             except ValueError:
@@ -190,7 +274,14 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {"Content-Type": self.headers.get("Content-Type") or "application/json",
                    "Content-Length": str(len(body))}
         started = time.perf_counter()
-        status, payload, content_type = self._forward(which, method, upstream_path, body, headers)
+        if generation:
+            with self.server.generating:
+                server = self.server.router.route(prompt_text(request) if isinstance(request, dict) else "")
+                status, payload, content_type = self._forward(f"lm{server}", method, upstream_path, body, headers)
+        else:
+            server = None
+            status, payload, content_type = self._forward("lm0" if which == "lm" else which, method,
+                                                          upstream_path, body, headers)
         if which == "rm":
             self.server.count(rm_requests=1, rm_errors=int(status >= 400))
         else:
@@ -200,11 +291,12 @@ class _Handler(BaseHTTPRequestHandler):
                     usage = json.loads(payload).get("usage") or {}
                 except (ValueError, AttributeError):
                     usage = {}
-            generation = bool(filled) or upstream_path.split("?")[0] in _GENERATION_PATHS
             self.server.count(lm_requests=int(generation), lm_errors=int(status >= 400),
                               prompt_tokens=int(usage.get("prompt_tokens") or 0),
                               completion_tokens=int(usage.get("completion_tokens") or 0),
                               lm_seconds=time.perf_counter() - started, filled=filled)
+            if server is not None:
+                self.server.count(server=server)
         self._reply(status, payload, content_type)
 
     def _forward(self, which: str, method: str, path: str, body: bytes,
@@ -227,20 +319,23 @@ class _Handler(BaseHTTPRequestHandler):
                 self.server.drop(which)
                 failure = error
                 break
-        message = json.dumps({"error": f"gate: the {which.upper()} server did not answer: {failure}"})
+        message = json.dumps({"error": f"gate: the {which.rstrip('0123456789').upper()} server "
+                                       f"({self.server.upstream[which].netloc}) "
+                                       f"did not answer: {failure}"})
         return 502, message.encode("utf-8"), "application/json"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, required=True, help="the gate's fixed loopback port")
-    parser.add_argument("--lm", required=True, help="the LM server, http://127.0.0.1:PORT")
+    parser.add_argument("--lm", required=True, action="append",
+                        help="an LM server, http://127.0.0.1:PORT; repeat it for several servers of one model")
     parser.add_argument("--rm", required=True, help="the RM server (dsp serve), http://127.0.0.1:PORT")
     parser.add_argument("--merge-system", action="store_true",
                         help="move a chat request's system message into its first user message (config.Model)")
     args = parser.parse_args(argv)
     gate = Gate(args.port, args.lm, args.rm, merge_system=args.merge_system)
-    print(f"gate on http://127.0.0.1:{args.port}: /lm -> {args.lm}, /rm -> {args.rm}; policy {POLICY}; "
+    print(f"gate on http://127.0.0.1:{args.port}: /lm -> {' '.join(args.lm)}, /rm -> {args.rm}; policy {POLICY}; "
           f"system messages {'merged into the first user message' if args.merge_system else 'as sent'}", flush=True)
     gate.serve_forever()
 

@@ -133,21 +133,28 @@ fi
 log "column $LM x $DATASET ($SPLIT split${N:+, first $N questions}): work $W, results $R"
 "$PY" "$HERE/peer.py" prepare --dataset "$DATASET" "${NARG[@]}" --work "$W" --index "$WORK_ROOT/index/$DATASET"
 
-LM_PORT="$(free_port)"
+# The model's servers (config.Model.servers, all with the same arguments): the gate sends each generation
+# to the one whose last prompt shares the longest prefix with it, one generation at a time.
 mapfile -t SERVE_ARGS < <(cfg serve-args "$LM")
-"$PY" -m dsp.serve_lm --host 127.0.0.1 --port "$LM_PORT" "${SERVE_ARGS[@]}" > "$W/logs/lm-server.log" 2>&1 &
-PIDS+=($!); LM_PID=$!
+LM_PORTS=() LM_URLS=() LM_PIDS=() LM_SERVERS="$(cfg lm-servers "$LM")"
+for ((i = 0; i < LM_SERVERS; i++)); do
+  LM_PORTS+=("$(free_port)")
+  "$PY" -m dsp.serve_lm --host 127.0.0.1 --port "${LM_PORTS[i]}" "${SERVE_ARGS[@]}" > "$W/logs/lm-server$i.log" 2>&1 &
+  PIDS+=($!); LM_PIDS+=($!); LM_URLS+=(--lm "http://127.0.0.1:${LM_PORTS[i]}")
+done
 RM_PORT="$(free_port)"
 "$DSP" serve --index "$WORK_ROOT/index/$DATASET" --port "$RM_PORT" --log-level WARNING > "$W/logs/rm-server.log" 2>&1 &
 PIDS+=($!); RM_PID=$!
-wait_for "http://127.0.0.1:$LM_PORT/v1/models" 600 "LM server" "$W/logs/lm-server.log" "$LM_PID"
+for i in "${!LM_PORTS[@]}"; do
+  wait_for "http://127.0.0.1:${LM_PORTS[i]}/v1/models" 600 "LM server $i" "$W/logs/lm-server$i.log" "${LM_PIDS[i]}"
+done
 wait_for "http://127.0.0.1:$RM_PORT/health" 600 "RM server" "$W/logs/rm-server.log" "$RM_PID"
 mapfile -t GATE_ARGS < <(cfg gate-args "$LM" | grep .)
-"$PY" "$HERE/gate.py" --port "$GATE_PORT" --lm "http://127.0.0.1:$LM_PORT" --rm "http://127.0.0.1:$RM_PORT" \
+"$PY" "$HERE/gate.py" --port "$GATE_PORT" "${LM_URLS[@]}" --rm "http://127.0.0.1:$RM_PORT" \
   "${GATE_ARGS[@]}" > "$W/logs/gate.log" 2>&1 &
 PIDS+=($!); GATE_PID=$!
 wait_for "$GATE/gate/health" 30 "gate" "$W/logs/gate.log" "$GATE_PID"
-log "LM $LM on :$LM_PORT, RM on :$RM_PORT, gate $GATE ($LM_SPEC)"
+log "LM $LM on :${LM_PORTS[*]}, RM on :$RM_PORT, gate $GATE ($LM_SPEC)"
 
 # -- the units ------------------------------------------------------------------------------------------
 FAILED=()
