@@ -142,6 +142,7 @@ def serve(model: str, extra: tuple[str, ...], threads: int, texts: list[str],
                 answers.append(json.load(reply)["choices"][0]["message"]["content"])
         seconds = time.perf_counter() - started
         front.shutdown()
+        front.server_close()
         return seconds, answers, list(front.stats["lm_servers"])
     finally:
         for process in processes:

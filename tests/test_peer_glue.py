@@ -198,8 +198,9 @@ def test_the_gate_fills_the_policy_and_counts_what_reaches_the_server():
         with pytest.raises(OSError, match="502"):  # nothing listens behind /rm: a 502 naming it, no hang
             urlopen(f"{url}/rm/api/search?query=q&k=1", timeout=10)
     finally:
-        server.shutdown()
-        upstream.shutdown()
+        for s in (server, upstream):
+            s.shutdown()
+            s.server_close()
 
 
 def test_the_gate_keeps_each_prompt_family_on_a_server_of_its_own():
@@ -231,9 +232,9 @@ def test_the_gate_keeps_each_prompt_family_on_a_server_of_its_own():
         assert stats["lm_servers"] == [5, 4] and stats["lm_requests"] == 9 and stats["prompt_tokens"] == 63
         assert stats["filled"]["system->first user message"] == 9
     finally:
-        server.shutdown()
-        for u in upstreams:
-            u.shutdown()
+        for s in (server, *upstreams):
+            s.shutdown()
+            s.server_close()
     with pytest.raises(ValueError, match="no LM server"):
         gate.Gate(0, [], "http://127.0.0.1:9")
 

@@ -173,10 +173,10 @@ class Gate(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, port: int, lm: str | list[str], rm: str, merge_system: bool = False) -> None:
-        super().__init__(("127.0.0.1", port), _Handler)
         lms = [lm] if isinstance(lm, str) else list(lm)
-        if not lms:
+        if not lms:  # before binding the port, which a refused gate would otherwise leave open
             raise ValueError("Gate: no LM server given (--lm)")
+        super().__init__(("127.0.0.1", port), _Handler)
         self.upstream = {"rm": urlsplit(rm), **{f"lm{i}": urlsplit(url) for i, url in enumerate(lms)}}
         self.merge_system = merge_system
         self.lock = threading.Lock()
