@@ -157,6 +157,56 @@ def test_conversion_keeps_the_last_finished_row_and_skips_stale_and_torn_ones(co
     assert len(table.groups) == 1 and table.groups[0].seeds == (0, 1)
 
 
+def test_a_fresh_work_folder_resumes_a_dspy_unit_from_its_committed_results_file(column, tmp_path):
+    """A new machine has no raw rows: `restore` rebuilds them from the committed (cut) results file, with
+    the header dspy_side.py would write, so the unit skips what it finished and loads its program."""
+    data, _ = column
+    gate_url = "http://127.0.0.1:18800"
+    header = dspy_side.unit_header(data, "rtr_predict-bootstrap-json", 0, config.dspy_model("gemma"), gate_url, None)
+    rows = [_row(data, 0, data["test"][0]["gold"][0]),
+            _row(data, 1, None, error="AdapterParseError: no JSON", parse_failure=True),
+            _row(data, 2, None, error="LMTransportError: refused")]  # unfinished: to run again
+    old = tmp_path / "old-work"
+    stem = f"{data['stem']}-dspy-rtr_predict-bootstrap-json-seed0"
+    raw = old / "dspy" / f"{stem}.raw.jsonl"
+    raw.parent.mkdir(parents=True)
+    raw.write_text("".join(json.dumps(r) + "\n" for r in [{"dspy_raw": header}, *rows]), encoding="utf-8")
+    (old / "dspy" / f"{stem}.program.json").write_text('{"predict": {"demos": []}}', encoding="utf-8")
+    (old / "data.json").write_text(json.dumps(data), encoding="utf-8")
+    results = tmp_path / "results"
+    peer.convert_all(old, results)  # what run.sh commits: rows cut, program copied
+
+    fresh = tmp_path / "work"  # the column fixture's own work folder: data.json, no dspy/
+    assert not (fresh / "dspy").exists()
+    said = peer.restore_dspy(fresh, results)
+    assert said == [f"{stem}.jsonl: 3 rows", f"{stem}.program.json"]
+    restored = fresh / "dspy" / f"{stem}.raw.jsonl"
+    # dspy_side's own resume check accepts it: same header; the two finished rows are done, not the third.
+    done = dspy_side._read_raw(restored, header)
+    assert sorted(done) == [0, 1] and done[1]["parse_failure"] is True and done[0]["raw"] is None
+    assert (fresh / "dspy" / f"{stem}.program.json").read_text() == '{"predict": {"demos": []}}'
+    # Converted again, the committed file is unchanged: the restored rows are the committed rows.
+    before = (results / f"{stem}.jsonl").read_bytes()
+    peer.convert_all(fresh, results)
+    assert (results / f"{stem}.jsonl").read_bytes() == before
+    assert peer.restore_dspy(fresh, results) == []  # nothing is overwritten
+
+    # A file whose identity this column's unit would not write is refused, naming it, and nothing is written.
+    lines = before.decode().splitlines()
+    top = json.loads(lines[0])
+    top["dsp_run"]["identity"]["config"] = "rtr_predict-labeled-json"  # the file name says bootstrap
+    forged = results / f"{data['stem']}-dspy-rtr_predict-bootstrap-chat-seed0.jsonl"
+    forged.write_text("\n".join([json.dumps(top), *lines[1:]]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="rtr_predict-bootstrap-chat-seed0.jsonl"):
+        peer.restore_dspy(fresh, results)
+    top["dsp_run"]["identity"]["config"] = "rtr_predict-bootstrap-chat"
+    top["dsp_run"]["identity"]["seed"] = 1  # the draw's digest no longer matches the seed
+    forged.write_text("\n".join([json.dumps(top), *lines[1:]]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="not what this column's unit"):
+        peer.restore_dspy(fresh, results)
+    assert not (fresh / "dspy" / forged.name.replace(".jsonl", ".raw.jsonl")).exists()
+
+
 class _Upstream(BaseHTTPRequestHandler):
     """A fake LM server: echoes the request body it got, with usage."""
 

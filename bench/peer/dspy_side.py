@@ -46,7 +46,7 @@ from config import (  # noqa: E402  (this folder on the path: run as a script)
     ADAPTERS, DSPY_K, DSPY_TRAIN, DSPY_VAL, DSPY_VERSION, GENERATION, KNN_K, MODELS, MULTIHOP, OPTIMIZERS, dspy_model,
 )
 
-__all__ = ["main", "parse_config", "HashingTfidf", "build_programs", "search", "CompileLedger"]
+__all__ = ["main", "parse_config", "draw", "unit_header", "HashingTfidf", "build_programs", "search", "CompileLedger"]
 
 # A tiny model fails to parse often; DSPy's optimizers halt after `max_errors` (10 by default) failed
 # examples. Failures here are data (a failed bootstrap example, a 0 on validation), not a reason to halt.
@@ -318,6 +318,35 @@ def _digest(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {"items": len(records), "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]}
 
 
+def draw(data: dict[str, Any], seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The training and validation records seed `seed` draws from the column's pool (data.json).
+
+    >>> pool = [{"question": f"q{i}", "gold": [f"a{i}"]} for i in range(400)]
+    >>> train, val = draw({"pool": pool, "task": "nq"}, 0)
+    >>> (len(train), len(val), train == draw({"pool": pool, "task": "nq"}, 0)[0])
+    (200, 80, True)
+    """
+    pool = data["pool"]
+    order = list(range(len(pool)))
+    random.Random(f"dspy-{seed}").shuffle(order)
+    train = [pool[i] for i in order[:DSPY_TRAIN]]
+    return train, [pool[i] for i in order[DSPY_TRAIN:DSPY_TRAIN + DSPY_VAL[data["task"]]]]
+
+
+def unit_header(data: dict[str, Any], config: str, seed: int, model: str, gate: str, rs_candidates: int | None,
+                dspy_version: str = DSPY_VERSION) -> dict[str, Any]:
+    """The raw file's header of one unit: everything that makes its rows (a resumed run must match it).
+    `model` is DSPy's model name (config.dspy_model), `gate` the column's gate URL."""
+    program_name, optimizer, adapter_name = parse_config(config)
+    train, val = draw(data, seed)
+    return {"system": "dspy", "dspy_version": dspy_version, "config": config, "program": program_name,
+            "optimizer": _optimizer_settings(optimizer, rs_candidates),
+            "adapter": "ChatAdapter" if adapter_name == "chat" else "JSONAdapter", "seed": seed,
+            "lm": {"model": model, "api_base": f"{gate}/lm/v1", "generation": dict(GENERATION)},
+            "rm": {"colbertv2": f"{gate}/rm/api/search"}, "k": MULTIHOP if program_name == "multihop" else DSPY_K,
+            "train": _digest(train), "val": _digest(val), "task": data["task"], "split": data["split"]}
+
+
 def _optimizer(name: str, trainset: list[Any], threads: int, seed: int, rs_candidates: int | None) -> Any:
     import dspy
 
@@ -448,12 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     if program_name not in programs:
         raise SystemExit(f"dspy_side: no program {program_name!r}; choose one of {', '.join(programs)}")
 
-    pool = data["pool"]
-    order = list(range(len(pool)))
-    random.Random(f"dspy-{args.seed}").shuffle(order)
-    val_size = DSPY_VAL[data["task"]]
-    train_records = [pool[i] for i in order[:DSPY_TRAIN]]
-    val_records = [pool[i] for i in order[DSPY_TRAIN:DSPY_TRAIN + val_size]]
+    train_records, val_records = draw(data, args.seed)
     trainset, valset = _examples(train_records), _examples(val_records)
 
     lm = dspy.LM(dspy_model(args.lm), api_base=f"{args.gate}/lm/v1", api_key="none", num_retries=3,
@@ -466,14 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     stem = f"{data['stem']}-dspy-{args.config}-seed{args.seed}"
     out = work / "dspy"
     out.mkdir(parents=True, exist_ok=True)
-    header = {"system": "dspy", "dspy_version": dspy.__version__, "config": args.config, "program": program_name,
-              "optimizer": _optimizer_settings(optimizer, args.rs_candidates),
-              "adapter": type(adapter).__name__, "seed": args.seed, "lm": {"model": dspy_model(args.lm),
-              "api_base": f"{args.gate}/lm/v1", "generation": dict(GENERATION)},
-              "rm": {"colbertv2": f"{args.gate}/rm/api/search"},
-              "k": MULTIHOP if program_name == "multihop" else DSPY_K,
-              "train": _digest(train_records), "val": _digest(val_records), "task": data["task"],
-              "split": data["split"]}
+    header = unit_header(data, args.config, args.seed, dspy_model(args.lm), args.gate, args.rs_candidates)
     raw_path = out / f"{stem}.raw.jsonl"
     done = {i: row for i, row in _read_raw(raw_path, header).items()
             if i < len(data["test"]) and row.get("fingerprint") == data["test"][i]["fingerprint"]}

@@ -3,6 +3,7 @@ project's format, compile costs, and the comparison. `run.sh` calls it; each com
 
     .venv/bin/python bench/peer/peer.py prepare --dataset nq --n 1000 --work runs/peer/gemma/nq --index runs/peer/index/nq
     .venv/bin/python bench/peer/peer.py convert --work runs/peer/gemma/nq --out results/peer/gemma/nq
+    .venv/bin/python bench/peer/peer.py restore --work runs/peer/gemma/nq --out results/peer/gemma/nq
     .venv/bin/python bench/peer/peer.py cut --src runs/peer/gemma/nq/dsp/nq-test-vanilla-seed0.jsonl --out results/peer/gemma/nq
     .venv/bin/python bench/peer/peer.py compile-cost --compiled C.json --before B.json --after A.json --wall 812 --out C.cost.json
     .venv/bin/python bench/peer/peer.py report --lm gemma --dataset nq --out results/peer/gemma/nq [--n 1000]
@@ -18,6 +19,10 @@ project's format, compile costs, and the comparison. `run.sh` calls it; each com
   our runs of the column (so `dsp compare` pairs them), and one row per question scored with the
   project's own metric (dsp.EM) -- both systems are scored by the same code. A completion DSPy could not
   parse is a row with ``prediction: null``, score 0, its ``error`` and ``parse_failure: true``.
+- `restore` gives a fresh work folder (a new machine) the DSPy units' state committed in the results
+  folder: each results file's rows become the raw rows its unit resumes from (after `prepare`: the header
+  is rebuilt from the file's identity and the column's data), and the compiled programs and costs are
+  copied back, so a unit longer than one sitting goes on where the last one stopped.
 - `cut` copies one of our results files into the results folder with its prompt traces cut (as results/).
 - `report` runs `dsp compare` over the column (the first dsp compile seed first) and writes ``report.md``
   with parse-failure rates and every compile's cost.
@@ -50,8 +55,9 @@ from dsp.evaluation import RunLog, describe, read_run  # noqa: E402
 from dsp.evaluation.rows import example_fingerprint, jsonable, metric_caller  # noqa: E402
 
 from config import DSPY_VAL, GENERATION, MODELS, column_port, split_of  # noqa: E402
+from dspy_side import unit_header  # noqa: E402  (stdlib only until its main() imports DSPy)
 
-__all__ = ["prepare_data", "column_identity", "dspy_identity", "convert_raw", "convert_all", "cut_traces", "gate_stats",
+__all__ = ["prepare_data", "column_identity", "dspy_identity", "convert_raw", "convert_all", "restore_dspy", "cut_traces", "gate_stats",
            "compile_cost", "compile_calls", "matched_candidates", "parse_failures", "report", "scoreboard", "main"]
 
 # Row keys our results/ files drop (the prompts and passages: large, and rerunning the command restores them).
@@ -199,6 +205,93 @@ def convert_raw(raw: Path, data: Mapping[str, Any], out: Path) -> dict[str, Any]
     finally:
         log.close()  # the writer lock of dsp.evaluation.RunLog
     return counts
+
+
+# A raw row's keys that a results row keeps (the raw completion and traceback are cut from results/).
+RAW_KEYS = ("index", "id", "fingerprint", "prediction", "error", "parse_failure", "usage", "seconds")
+
+
+def _raw_row(row: Any, where: str) -> dict[str, Any]:
+    """The raw row of a committed results row, validated (a results file from elsewhere is data)."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: a row is not a JSON object")
+    checks = {"index": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+              "id": lambda v: isinstance(v, str), "fingerprint": lambda v: isinstance(v, str),
+              "prediction": lambda v: v is None or isinstance(v, str), "error": lambda v: v is None or isinstance(v, str),
+              "parse_failure": lambda v: isinstance(v, bool), "usage": lambda v: isinstance(v, dict),
+              "seconds": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
+    for key, valid in checks.items():
+        if not valid(row.get(key)):
+            raise ValueError(f"{where}: row {row.get('index')!r} has no valid {key!r} ({row.get(key)!r})")
+    return {**{key: row[key] for key in RAW_KEYS}, "raw": None}
+
+
+def _header_of(identity: Any, data: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """The raw header that made the DSPy results file `path` (identity `identity`), rebuilt as dspy_side.py
+    builds it and checked: its identity must be the file's, key for key (the draw's digests included)."""
+    try:
+        api_base = identity["lm"]["lm"]["api_base"]
+        if not api_base.endswith("/lm/v1"):
+            raise ValueError(f"LM api_base {api_base!r} is not a gate's")
+        header = unit_header(dict(data), identity["config"], identity["seed"], identity["lm"]["lm"]["model"],
+                             api_base.removesuffix("/lm/v1"), identity["optimizer"].get("num_candidate_programs"),
+                             identity["dspy_version"])
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        raise ValueError(f"{path}: not the identity of a DSPy unit of this harness ({error!r})") from None
+    if dspy_identity(header, data) != identity:
+        raise ValueError(f"{path}: its identity is not what this column's unit {identity['config']} seed "
+                         f"{identity['seed']} writes (another column's file, or one altered)")
+    return header
+
+
+def restore_dspy(work: Path, out: Path) -> list[str]:
+    """Give the work folder `work` the DSPy units' state committed in the results folder `out`, where it
+    has none: each ``out/<stem>.jsonl`` of a DSPy run becomes ``work/dspy/<stem>.raw.jsonl`` (its header
+    rebuilt from the file's identity and the column's ``work/data.json``, and checked against it; its rows,
+    the results rows less the cut raw completion), and the compiled programs and costs in ``out/dspy/`` are
+    copied back. A unit then resumes on a new machine where the last sitting stopped (dspy_side.py loads
+    the program instead of compiling and skips the finished questions), and a finished one is not run
+    again. Nothing already in `work` is overwritten; a file is validated whole (identity and every row)
+    before anything is written from it. Returns what was done, a line each.
+
+    >>> import tempfile; folder = Path(tempfile.mkdtemp())
+    >>> restore_dspy(folder / "work", folder / "results")
+    []
+    """
+    done: list[str] = []
+    data: dict[str, Any] | None = None
+    for path in sorted(out.glob("*-dspy-*.jsonl")):
+        stem = path.name.removesuffix(".jsonl")
+        raw = work / "dspy" / f"{stem}.raw.jsonl"
+        if raw.exists():
+            continue  # this work folder has the unit's own record: it is the newer one
+        if data is None:
+            if not (work / "data.json").exists():
+                raise ValueError(f"{work / 'data.json'}: missing; `peer.py prepare` the column before restoring "
+                                 f"{path.name}")
+            data = json.loads((work / "data.json").read_text(encoding="utf-8"))
+        identity, rows = read_run(path)
+        header = _header_of(identity, data, path)
+        if not stem.endswith(f"-dspy-{header['config']}-seed{header['seed']}"):
+            raise ValueError(f"{path}: its identity names {header['config']} seed {header['seed']}, not this file")
+        restored = [_raw_row(row, str(path)) for row in rows]
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        tmp = raw.with_name(raw.name + ".tmp")
+        tmp.write_text("".join(json.dumps(record, ensure_ascii=False) + "\n"
+                               for record in [{"dspy_raw": header}, *restored]), encoding="utf-8")
+        os.replace(tmp, raw)
+        done.append(f"{path.name}: {len(restored)} rows")
+    # Compiled programs and costs, a unit's test rows or not (a sitting may stop between compile and test).
+    for src in sorted(out.glob("dspy/*.program.json")) + sorted(out.glob("dspy/*.cost.json")):
+        dst = work / "dspy" / src.name
+        if dst.exists():
+            continue
+        if not isinstance(json.loads(src.read_text(encoding="utf-8")), dict):
+            raise ValueError(f"{src}: not a JSON object")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        done.append(src.name)
+    return done
 
 
 def _finished(row: Mapping[str, Any]) -> bool:
@@ -560,6 +653,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("convert", help="every raw DSPy file of a column -> results files")
     p.add_argument("--work", required=True)
     p.add_argument("--out", required=True)
+    p = sub.add_parser("restore", help="the DSPy units' committed state -> a fresh work folder")
+    p.add_argument("--work", required=True)
+    p.add_argument("--out", required=True)
     p = sub.add_parser("cut", help="one of our results files -> the results folder, traces cut")
     p.add_argument("--src", required=True)
     p.add_argument("--out", required=True, help="the results folder")
@@ -596,6 +692,9 @@ def main(argv: list[str] | None = None) -> int:
             rate = 100 * s["parse_failures"] / max(s["rows"], 1)
             print(f"  {s['stem']}: {s['rows']} rows, EM {100 * s['right'] / max(s['rows'], 1):.1f}, "
                   f"{s['parse_failures']} parse failures ({rate:.1f}%), {s['errors']} other errors")
+    elif args.command == "restore":
+        for line in restore_dspy(Path(args.work), Path(args.out)):
+            print(f"  restored {line}")
     elif args.command == "cut":
         for src in glob.glob(args.src):
             cut_traces(Path(src), Path(args.out) / Path(src).name)

@@ -67,7 +67,9 @@ W="$WORK_ROOT/$LM/$DATASET"
 R="$OUT_ROOT/$LM/$DATASET"
 mkdir -p "$W/logs" "$W/dsp" "$W/compiled" "$R"
 # A fresh work folder (a new machine) resumes dsp's units from the committed results files: dsp run needs
-# a row's index, fingerprint and error to resume, not its traces. (DSPy's raw rows are not kept there.)
+# a row's index, fingerprint and error to resume, not its traces. DSPy's units resume from theirs too:
+# `peer.py restore` (after `prepare`, below) turns their rows back into raw rows and copies their
+# compiled programs back.
 for kept in "$R"/*.jsonl; do
   [[ -e "$kept" && "$(basename "$kept")" != *-dspy-* && ! -e "$W/dsp/$(basename "$kept")" ]] || continue
   cp "$kept" "$W/dsp/"
@@ -132,6 +134,7 @@ fi
 
 log "column $LM x $DATASET ($SPLIT split${N:+, first $N questions}): work $W, results $R"
 "$PY" "$HERE/peer.py" prepare --dataset "$DATASET" "${NARG[@]}" --work "$W" --index "$WORK_ROOT/index/$DATASET"
+"$PY" "$HERE/peer.py" restore --work "$W" --out "$R"
 
 # The model's servers (config.Model.servers, all with the same arguments): the gate sends each generation
 # to the one whose last prompt shares the longest prefix with it, one generation at a time.
