@@ -185,10 +185,16 @@ def test_a_fresh_work_folder_resumes_a_dspy_unit_from_its_committed_results_file
     done = dspy_side._read_raw(restored, header)
     assert sorted(done) == [0, 1] and done[1]["parse_failure"] is True and done[0]["raw"] is None
     assert (fresh / "dspy" / f"{stem}.program.json").read_text() == '{"predict": {"demos": []}}'
-    # Converted again, the committed file is unchanged: the restored rows are the committed rows.
-    before = (results / f"{stem}.jsonl").read_bytes()
+    # Converted again, the committed file is kept byte for byte: the restored rows are the committed rows,
+    # and the header still names the machine that made them (this test's stands in for another machine).
+    committed = results / f"{stem}.jsonl"
+    top, rest = committed.read_bytes().split(b"\n", 1)
+    header_line = json.loads(top)
+    header_line["dsp_run"]["machine"] = {"system": "another machine"}
+    committed.write_bytes(json.dumps(header_line).encode() + b"\n" + rest)
+    before = committed.read_bytes()
     peer.convert_all(fresh, results)
-    assert (results / f"{stem}.jsonl").read_bytes() == before
+    assert committed.read_bytes() == before
     assert peer.restore_dspy(fresh, results) == []  # nothing is overwritten
 
     # A file whose identity this column's unit would not write is refused, naming it, and nothing is written.

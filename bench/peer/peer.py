@@ -321,7 +321,8 @@ def cut_traces(src: Path, dst: Path) -> None:
 
 
 def _same_apart_from_created(new: Path, old: Path) -> bool:
-    """Whether results files `new` and `old` hold the same header (its `created` stamp aside) and rows."""
+    """Whether results files `new` and `old` hold the same header (its `created` stamp and `machine` aside:
+    rows restored on another machine and converted again are still the first machine's) and rows."""
     if not old.exists():
         return False
     with new.open("rb") as a, old.open("rb") as b:
@@ -335,6 +336,7 @@ def _same_apart_from_created(new: Path, old: Path) -> bool:
     for header in (header_a, header_b):
         if isinstance(header, dict) and isinstance(header.get("dsp_run"), dict):
             header["dsp_run"].pop("created", None)
+            header["dsp_run"].pop("machine", None)
     return header_a == header_b
 
 
