@@ -295,6 +295,124 @@ def test_the_gate_keeps_each_prompt_family_on_a_server_of_its_own():
         gate.Gate(0, [], "http://127.0.0.1:9")
 
 
+def test_the_gate_answers_a_compiles_requests_again_from_its_replay_log(tmp_path):
+    """DSPy's compiles call the LM through the gate's replay route: the gate keeps each answer in the named
+    log and answers the same request from it, on a later gate (another machine) with no LM server behind
+    it too; replayed answers are counted apart, never as requests or tokens; requests through /lm are
+    never kept; a bad name or a malformed log is refused, naming it."""
+    upstream = HTTPServer(("127.0.0.1", 0), _Upstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    logs = tmp_path / "dspy"
+    live = gate.Gate(0, f"http://127.0.0.1:{upstream.server_address[1]}", "http://127.0.0.1:9", replay_dir=logs)
+    threading.Thread(target=live.serve_forever, daemon=True).start()
+    name = "nq-test-dspy-rtr_predict-rs-chat-seed0.compile-replay"
+    body = {"messages": [{"role": "user", "content": "Q1"}], "temperature": 0.0, "max_completion_tokens": 150}
+
+    def post(server, payload, replay=name):
+        at = f"http://127.0.0.1:{server.server_address[1]}"
+        base = gate.replay_base(at, replay) if replay else f"{at}/lm/v1"
+        request = Request(f"{base}/chat/completions", json.dumps(payload).encode(), {"Content-Type": "application/json"})
+        with urlopen(request, timeout=10) as response:
+            return json.load(response)
+
+    def stats(server):
+        with urlopen(f"http://127.0.0.1:{server.server_address[1]}/gate/stats", timeout=10) as response:
+            return json.load(response)
+
+    try:
+        first = post(live, body)
+        assert post(live, body) == first  # the same request: from the log, not the server
+        post(live, {**body, "messages": [{"role": "user", "content": "Q2"}]})
+        post(live, {**body, "messages": [{"role": "user", "content": "Q3"}]}, replay=None)  # a test question
+        counted = stats(live)
+        assert (counted["lm_requests"], counted["lm_replayed"], counted["prompt_tokens"]) == (3, 1, 21)
+        log = logs / f"{name}.jsonl"
+        assert len(log.read_text().splitlines()) == 2  # Q1 and Q2; Q3 went through /lm
+        with pytest.raises(ValueError, match="letters, digits"):
+            gate.replay_base("http://127.0.0.1:1", "../elsewhere")
+        escape = Request(f"http://127.0.0.1:{live.server_address[1]}/replay/..%2Felsewhere/lm/v1/chat/completions",
+                         json.dumps(body).encode(), {"Content-Type": "application/json"})
+        with pytest.raises(OSError, match="400"):
+            urlopen(escape, timeout=10)
+        assert not list(tmp_path.glob("*elsewhere*")) and post(live, body) == first  # the connection still serves
+    finally:
+        for s in (live, upstream):
+            s.shutdown()
+            s.server_close()
+
+    # Another machine: the committed log and no LM server at all (port 9); a kill had torn its last line.
+    with log.open("a", encoding="utf-8") as handle:
+        handle.write('{"key": "0123')
+    later = gate.Gate(0, "http://127.0.0.1:9", "http://127.0.0.1:9", replay_dir=logs)
+    threading.Thread(target=later.serve_forever, daemon=True).start()
+    try:
+        assert post(later, body) == first
+        assert (stats(later)["lm_requests"], stats(later)["lm_replayed"]) == (0, 1)
+        assert log.read_text().endswith("}\n") and len(log.read_text().splitlines()) == 2  # the torn line is gone
+        with pytest.raises(OSError, match="502"):  # a request the log lacks goes to the (absent) server
+            post(later, {**body, "messages": [{"role": "user", "content": "Q4"}]})
+        (logs / "forged.jsonl").write_text('{"key": "not a digest", "response": {}}\n', encoding="utf-8")
+        with pytest.raises(OSError) as refused:
+            post(later, body, replay="forged")
+        assert "forged.jsonl: line 1 is not a replay record" in refused.value.read().decode()
+    finally:
+        later.shutdown()
+        later.server_close()
+    keeps_none = gate.Gate(0, "http://127.0.0.1:9", "http://127.0.0.1:9")
+    with pytest.raises(ValueError, match="keeps none"):
+        keeps_none.replay(name)
+    keeps_none.server_close()
+
+
+def test_an_unfinished_dspy_compile_is_committed_and_goes_on_in_a_fresh_work_folder(column, tmp_path):
+    """A compile stopped mid-way (a random search outlasts a sitting): `convert` commits its ledger and the
+    gate's replay log, `restore` gives them to a fresh work folder (each checked first, nothing
+    overwritten), and once the program is saved they leave the results folder."""
+    data, _ = column
+    stem = f"{data['stem']}-dspy-rtr_predict-rs-chat-seed0"
+    old, results, fresh = tmp_path / "old-work", tmp_path / "results", tmp_path / "work"
+    (old / "dspy").mkdir(parents=True)
+    (old / "data.json").write_text(json.dumps(data), encoding="utf-8")
+    header = dspy_side.unit_header(data, "rtr_predict-rs-chat", 0, config.dspy_model("gemma"),
+                                   "http://127.0.0.1:18800", None)
+    ledger = old / "dspy" / f"{stem}.compile-ledger.json"
+    ledger.write_text(json.dumps({"header": header, "invocations": [
+        {"wall_seconds": 600.0, "lm_calls": 70, "server": dict.fromkeys(dspy_side.SERVER_KEYS, 70), "replayed": 0}]}))
+    replay = gate.ReplayLog(old / "dspy" / f"{stem}.compile-replay.jsonl")
+    replay.put("a" * 64, {"choices": [{"message": {"content": "[[ ## answer ## ]]\nParis"}}]})
+    peer.convert_all(old, results)
+    committed = sorted(p.name for p in (results / "dspy").iterdir())
+    assert committed == [f"{stem}.compile-ledger.json", f"{stem}.compile-replay.jsonl"]
+
+    said = peer.restore_dspy(fresh, results)
+    assert said == [f"{stem}.compile-ledger.json", f"{stem}.compile-replay.jsonl"]
+    assert gate.ReplayLog(fresh / "dspy" / f"{stem}.compile-replay.jsonl").get("a" * 64) is not None
+    assert peer.restore_dspy(fresh, results) == []  # nothing overwritten
+    # dspy_side's ledger takes it as this compile's earlier invocation, and sums it with the next one.
+    served, calls = {"lm_requests": 100, "lm_replayed": 0}, [0]
+    resumed = CompileLedger(fresh / "dspy" / f"{stem}.compile-ledger.json", header, lambda: dict(served),
+                            lambda: calls[0])
+    resumed.start()
+    served["lm_requests"] += 30; served["lm_replayed"] += 70; calls[0] += 100  # noqa: E702
+    total = resumed.finish()
+    assert (total["server"]["lm_requests"], total["replayed"], total["lm_calls"]) == (100, 70, 100)
+    (fresh / "dspy" / f"{stem}.program.json").write_text('{"predict": {"demos": []}}', encoding="utf-8")
+    assert peer.restore_dspy(fresh, results) == []  # finished here: its spent ledger is not given back
+
+    # A replay log that is not one is refused, naming the committed file, and nothing is written.
+    other = tmp_path / "other-work"
+    (results / "dspy" / f"{stem}.compile-replay.jsonl").write_text("{\"key\": 1}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=f"results/dspy/{stem}.compile-replay.jsonl: line 1"):
+        peer.restore_dspy(other, results)
+    assert list((other / "dspy").iterdir()) == []  # not the ledger either, nor a temporary file
+
+    # The compile finishes: its program and cost are committed, its ledger and replay log leave.
+    (old / "dspy" / f"{stem}.program.json").write_text('{"predict": {"demos": []}}', encoding="utf-8")
+    ledger.unlink()  # CompileLedger.finish removes it
+    peer.convert_all(old, results)
+    assert sorted(p.name for p in (results / "dspy").iterdir()) == [f"{stem}.program.json"]
+
+
 def test_units_selection_configs_and_the_matched_budget(tmp_path):
     nq, hotpot = config.units("nq"), config.units("hotpotqa")
     assert nq[:10] == ["dsp:vanilla-seed0", *(f"dsp:rtr-seed{s}" for s in range(5)), "dsp:small-seed0",

@@ -15,6 +15,10 @@ What it writes under W/dspy/ (W: the column's work folder):
 - ``<stem>.cost.json``: what the compile cost (LM calls, as DSPy made them and as the gate's LM server
   counted them, with tokens; wall time), summed over the invocations of a compile stopped and resumed;
 - ``<stem>.compile-ledger.json``: while a compile runs, what each invocation has spent (`CompileLedger`);
+- ``<stem>.compile-replay.jsonl``: while a compile runs, the LM's answers to its requests, kept by the
+  gate (gate.ReplayLog: the compile calls the LM at gate.replay_base); `peer.py convert` commits it
+  with the ledger until the compile finishes, so a compile stopped on one machine goes on from there on
+  another instead of starting again (DSPy's cache, below, is pickled and stays on the machine);
 - ``dspy-cache/``: DSPy's own disk cache (DSPY_CACHEDIR), so reruns cost nothing.
 
 The programs are written here after DSPy's documentation (no DSPy code is copied): retrieve-then-read as
@@ -42,7 +46,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from config import (  # noqa: E402  (this folder on the path: run as a script)
+from gate import replay_base  # noqa: E402  (this folder on the path: run as a script; stdlib only)
+from config import (  # noqa: E402
     ADAPTERS, DSPY_K, DSPY_TRAIN, DSPY_VAL, DSPY_VERSION, GENERATION, KNN_K, MODELS, MULTIHOP, OPTIMIZERS, dspy_model,
 )
 
@@ -205,8 +210,9 @@ class CompileLedger:
     """What one compile spent over all its invocations, so a compile too long for one sitting (a random
     search: hours on a small CPU model) can be stopped and resumed with its cost whole.
 
-    A resumed compile replays its earlier calls from DSPy's cache, so its own call count already covers
-    them, but its server requests, tokens and wall time are only this invocation's. The ledger
+    A resumed compile replays its earlier calls (from DSPy's cache; on another machine, from the gate's
+    replay log), so its own call count already covers them, but its server requests, tokens and wall time
+    are only this invocation's. The ledger
     (``<stem>.compile-ledger.json``, beside the compiled program) keeps each invocation's spend: `start`
     reads the earlier ones (refusing another configuration's), `checkpoint` rewrites this one's (every
     minute from a thread, and on SIGTERM, so a kill loses at most a minute of counts), `finish` returns
@@ -241,7 +247,7 @@ class CompileLedger:
                                  "move it away")
             self.earlier = list(kept.get("invocations") or [])
         self.before, self.calls_before, self.started = self.stats(), self.calls(), self.clock()
-        self.current = {"wall_seconds": 0.0, "lm_calls": 0, "server": {key: 0 for key in SERVER_KEYS}}
+        self.current = {"wall_seconds": 0.0, "lm_calls": 0, "server": {key: 0 for key in SERVER_KEYS}, "replayed": 0}
 
     def checkpoint(self) -> None:
         try:
@@ -252,7 +258,8 @@ class CompileLedger:
             self.current = {"wall_seconds": round(float(self.clock() - self.started), 1),
                             "lm_calls": self.calls() - self.calls_before,
                             "server": {key: int(after.get(key, 0)) - int(self.before.get(key, 0))
-                                       for key in SERVER_KEYS}}
+                                       for key in SERVER_KEYS},
+                            "replayed": int(after.get("lm_replayed", 0)) - int(self.before.get("lm_replayed", 0))}
             temporary = self.path.with_suffix(".tmp")
             temporary.write_text(json.dumps({"header": self.header, "invocations": self.earlier + [self.current]},
                                             indent=1) + "\n", encoding="utf-8")
@@ -266,6 +273,7 @@ class CompileLedger:
                 # the last invocation replayed the earlier ones' calls from the cache: its count is the whole
                 "lm_calls": self.current["lm_calls"],
                 "server": {key: sum(i["server"][key] for i in invocations) for key in SERVER_KEYS},
+                "replayed": sum(int(i.get("replayed", 0)) for i in invocations),
                 "invocations": invocations}
 
 
@@ -480,8 +488,11 @@ def main(argv: list[str] | None = None) -> int:
     train_records, val_records = draw(data, args.seed)
     trainset, valset = _examples(train_records), _examples(val_records)
 
-    lm = dspy.LM(dspy_model(args.lm), api_base=f"{args.gate}/lm/v1", api_key="none", num_retries=3,
-                 temperature=GENERATION["temperature"], max_tokens=GENERATION["max_tokens"])
+    def language_model(api_base: str) -> Any:
+        return dspy.LM(dspy_model(args.lm), api_base=api_base, api_key="none", num_retries=3,
+                       temperature=GENERATION["temperature"], max_tokens=GENERATION["max_tokens"])
+
+    lm = language_model(f"{args.gate}/lm/v1")
     rm = dspy.ColBERTv2(url=f"{args.gate}/rm/api/search")
     adapter = dspy.ChatAdapter() if adapter_name == "chat" else dspy.JSONAdapter()
     counter = _counter_class()()
@@ -517,8 +528,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"resuming a compile stopped {len(ledger.earlier)} time(s): its calls so far come from the "
                       f"cache, its cost so far from {ledger.path}", flush=True)
             release = _keep_ledger(ledger)
+            # The same LM through the gate's replay route: the gate keeps the compile's answers (and gives
+            # them again), so a compile stopped here resumes on another machine from the committed log.
+            compile_lm = language_model(replay_base(args.gate, f"{stem}.compile-replay"))
             try:
-                program = _compile(optimizer, program, trainset, valset, args.threads, args.seed, args.rs_candidates)
+                with dspy.context(lm=compile_lm):
+                    program = _compile(optimizer, program, trainset, valset, args.threads, args.seed,
+                                       args.rs_candidates)
             finally:
                 release()
             program.save(str(program_path))
@@ -526,9 +542,10 @@ def main(argv: list[str] | None = None) -> int:
             cost = {"system": "dspy", "config": args.config, "seed": args.seed, "optimizer": header["optimizer"],
                     **spent, "train": header["train"], "val": header["val"],
                     "note": "lm_calls: every LM call DSPy made (cache hits included; a resumed compile replays "
-                            "the earlier invocations' calls from the cache); server: the requests that reached "
-                            "the LM server, counted at the gate, summed over the invocations; wall_seconds: "
-                            "summed over the invocations (each one's in invocations)"}
+                            "the earlier invocations' calls from DSPy's cache or the gate's replay log); "
+                            "server: the requests that reached the LM server, counted at the gate, summed over "
+                            "the invocations; replayed: requests the gate answered from the replay log; "
+                            "wall_seconds: summed over the invocations (each one's in invocations)"}
             cost_path.write_text(json.dumps(cost, indent=1) + "\n", encoding="utf-8")
             print(f"compiled in {cost['wall_seconds']:.0f} s: {cost['lm_calls']} LM calls, "
                   f"{cost['server']['lm_requests']} reached the server ({cost['server']['prompt_tokens']} prompt, "

@@ -14,7 +14,15 @@
 - ``GET /gate/stats``: what reached the servers (LM requests, prompt and completion tokens as the LM
   server counted them, RM searches, which defaults were filled in how often) -- the same meter for both
   systems, read before and after a compile to give its cost;
-- ``GET /gate/health``.
+- ``GET /gate/health``;
+- with ``--replay-dir DIR``, ``/replay/NAME/lm/...`` is ``/lm/...`` with its generations kept in
+  ``DIR/NAME.jsonl`` (`ReplayLog`: JSON lines of request digest and response, appended as each answer
+  arrives): a request that file holds is answered from it and reaches no server. DSPy's compiles call
+  the LM there (`replay_base`): DSPy's own cache holds pickled objects and is never committed, so without
+  this a compile
+  stopped on one machine (a random search outlasts a sitting) would start again from nothing on the next;
+  with it, the committed log replays the calls already paid for and the compile goes on from there.
+  Replayed answers are counted apart (``lm_replayed``), never as requests or tokens.
 
 Why a gate: the URLs a dsp results file records (and its cache keys) hold the port, so they must not
 change between invocations of run.sh, while the servers behind it may start on any free port; and the
@@ -30,8 +38,10 @@ library only.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import http.client
 import json
+import re
 import sys
 import threading
 import time
@@ -43,7 +53,8 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from config import GENERATION  # noqa: E402  (this folder on the path: run as a script)
 
-__all__ = ["POLICY", "Gate", "PrefixRouter", "fill_policy", "merge_system", "prompt_text", "shared_prefix", "main"]
+__all__ = ["POLICY", "Gate", "PrefixRouter", "ReplayLog", "fill_policy", "merge_system", "prompt_text",
+           "replay_base", "request_key", "shared_prefix", "main"]
 
 # What a request that names none of them runs with: config.GENERATION, and the sampling settings of the
 # project's embedded client (dsp.LlamaCpp: no top-k, top-p or min-p cut, no repeat penalty), so a
@@ -51,6 +62,8 @@ __all__ = ["POLICY", "Gate", "PrefixRouter", "fill_policy", "merge_system", "pro
 POLICY: dict[str, Any] = {**GENERATION, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
 _GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
 _TIMEOUT = 600.0  # seconds: a long prompt on 2 busy cores is slow, but a hung server must not hang a run
+_REPLAY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")  # a file name in the replay folder, no path
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def fill_policy(body: dict[str, Any]) -> list[str]:
@@ -167,25 +180,105 @@ class PrefixRouter:
         return chosen
 
 
+def replay_base(gate: str, name: str) -> str:
+    """The OpenAI-style base URL (``.../v1``) of the LM at the gate `gate` whose generations are kept in,
+    and answered again from, the replay log `name`.
+
+    >>> replay_base("http://127.0.0.1:18800", "nq-test-dspy-rtr_predict-rs-chat-seed0.compile-replay")
+    'http://127.0.0.1:18800/replay/nq-test-dspy-rtr_predict-rs-chat-seed0.compile-replay/lm/v1'
+    """
+    if not _REPLAY_NAME.fullmatch(name):
+        raise ValueError(f"replay log name {name!r}: letters, digits, '.', '_' and '-' only")
+    return f"{gate}/replay/{name}/lm/v1"
+
+
+def request_key(path: str, body: dict[str, Any]) -> str:
+    """The digest a replay log files a generation under: the upstream path and the request as the server
+    gets it (the policy filled in, a system message merged), keys sorted; the same request, the same key.
+
+    >>> request_key("/v1/completions", {"prompt": "Q", "max_tokens": 9}) == \\
+    ...     request_key("/v1/completions", {"max_tokens": 9, "prompt": "Q"})
+    True
+    """
+    canonical = json.dumps({"path": path, "body": body}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class ReplayLog:
+    """The LM's answers to one client's generations, kept as they arrive: a JSON-lines file of
+    ``{"key": request_key(...), "response": {...}}``, read whole (every line checked) when opened.
+
+    Appending a line is one write, flushed; a last line cut short by a kill (no newline after it) is
+    dropped when the log is next opened, and the next answer is written in its place. A file from elsewhere
+    is data: anything but such lines is refused, naming the file and the line, before it is used.
+
+    >>> import tempfile; path = Path(tempfile.mkdtemp()) / "unit.jsonl"
+    >>> log = ReplayLog(path); log.put("a" * 64, {"choices": [{"text": "Paris"}]})
+    >>> _ = path.open("a").write('{"key": "b')  # killed mid-line
+    >>> again = ReplayLog(path); again.get("a" * 64), again.get("b" * 64), len(again)
+    ({'choices': [{'text': 'Paris'}]}, None, 1)
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.answers: dict[str, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        complete = text[:text.rfind("\n") + 1]  # whole lines; what follows the last newline was cut short
+        for number, line in enumerate(complete.splitlines(), start=1):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if not (isinstance(record, dict) and set(record) == {"key", "response"}
+                    and isinstance(record["key"], str) and _DIGEST.fullmatch(record["key"])
+                    and isinstance(record["response"], dict)):
+                raise ValueError(f"{path}: line {number} is not a replay record "
+                                 '({"key": <sha256 hex>, "response": {...}})')
+            self.answers[record["key"]] = record["response"]
+        if complete != text:
+            with path.open("r+b") as file:
+                file.truncate(len(complete.encode("utf-8")))
+
+    def __len__(self) -> int:
+        return len(self.answers)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self.lock:
+            return self.answers.get(key)
+
+    def put(self, key: str, response: dict[str, Any]) -> None:
+        line = json.dumps({"key": key, "response": response}, ensure_ascii=False) + "\n"
+        with self.lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as file:
+                file.write(line)
+                file.flush()
+            self.answers[key] = response
+
+
 class Gate(ThreadingHTTPServer):
     """The gate's server: upstream addresses, the router over the LM servers, and counters."""
 
     daemon_threads = True
 
-    def __init__(self, port: int, lm: str | list[str], rm: str, merge_system: bool = False) -> None:
+    def __init__(self, port: int, lm: str | list[str], rm: str, merge_system: bool = False,
+                 replay_dir: Path | None = None) -> None:
         lms = [lm] if isinstance(lm, str) else list(lm)
         if not lms:  # before binding the port, which a refused gate would otherwise leave open
             raise ValueError("Gate: no LM server given (--lm)")
         super().__init__(("127.0.0.1", port), _Handler)
         self.upstream = {"rm": urlsplit(rm), **{f"lm{i}": urlsplit(url) for i, url in enumerate(lms)}}
         self.merge_system = merge_system
+        self.replay_dir = replay_dir
+        self.replays: dict[str, ReplayLog] = {}
         self.lock = threading.Lock()
         # One generation at a time over all the LM servers: a single server runs them one by one, and two
         # llama.cpp servers computing at once on the same cores would only slow each other down.
         self.generating = threading.Lock()
         self.router = PrefixRouter(len(lms))
         self.stats: dict[str, Any] = {"lm_requests": 0, "lm_errors": 0, "prompt_tokens": 0, "completion_tokens": 0,
-                                      "lm_seconds": 0.0, "rm_requests": 0, "rm_errors": 0, "filled": {},
+                                      "lm_seconds": 0.0, "lm_replayed": 0, "rm_requests": 0, "rm_errors": 0, "filled": {},
                                       "lm_servers": [0] * len(lms), "started": time.time()}
         self.local = threading.local()
 
@@ -204,6 +297,17 @@ class Gate(ThreadingHTTPServer):
         if conn is not None:
             conn.close()
             setattr(self.local, f"conn_{which}", None)
+
+    def replay(self, name: str) -> ReplayLog:
+        """The replay log `name` (opened, and checked, on first use)."""
+        if self.replay_dir is None:
+            raise ValueError(f"a request asks for replay log {name!r}, but this gate keeps none (--replay-dir)")
+        if not _REPLAY_NAME.fullmatch(name):
+            raise ValueError(f"replay log name {name!r}: letters, digits, '.', '_' and '-' only")
+        with self.lock:
+            if name not in self.replays:
+                self.replays[name] = ReplayLog(self.replay_dir / f"{name}.jsonl")
+            return self.replays[name]
 
     def count(self, **values: Any) -> None:
         with self.lock:
@@ -250,12 +354,21 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/gate/health"):
             self._json(200, {"status": "ok"})
             return
-        which, _, rest = path.lstrip("/").partition("/")
-        if which not in ("lm", "rm"):
-            self._json(404, {"error": f"no route {path!r}: /lm/..., /rm/..., /gate/stats"})
-            return
         length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
+        body = self.rfile.read(length) if length else b""  # read before any refusal: the connection is kept
+        replay: ReplayLog | None = None
+        if path.startswith("/replay/"):
+            name, _, path = path.removeprefix("/replay/").partition("/")
+            try:
+                replay = self.server.replay(name)
+            except (ValueError, OSError) as error:
+                self._json(400, {"error": f"gate: {error}"})
+                return
+            path = "/" + path
+        which, _, rest = path.lstrip("/").partition("/")
+        if which not in ("lm", "rm") or (replay is not None and which != "lm"):
+            self._json(404, {"error": f"no route {self.path!r}: /lm/..., /rm/..., /replay/NAME/lm/..., /gate/stats"})
+            return
         upstream_path = "/" + rest
         filled: list[str] = []
         request: Any = None
@@ -271,6 +384,16 @@ class _Handler(BaseHTTPRequestHandler):
                 if self.server.merge_system and merge_system(request):
                     filled.append("system->first user message")
                 body = json.dumps(request).encode("utf-8")
+        key = ""
+        if not (generation and isinstance(request, dict)):
+            replay = None  # only generations are kept (a model listing goes through as it is)
+        if replay is not None:
+            key = request_key(upstream_path, request)
+            answer = replay.get(key)
+            if answer is not None:
+                self.server.count(lm_replayed=1)
+                self._json(200, answer)
+                return
         headers = {"Content-Type": self.headers.get("Content-Type") or "application/json",
                    "Content-Length": str(len(body))}
         started = time.perf_counter()
@@ -297,6 +420,13 @@ class _Handler(BaseHTTPRequestHandler):
                               lm_seconds=time.perf_counter() - started, filled=filled)
             if server is not None:
                 self.server.count(server=server)
+            if replay is not None and status == 200:
+                try:
+                    answer = json.loads(payload)
+                except ValueError:
+                    answer = None
+                if isinstance(answer, dict):
+                    replay.put(key, answer)
         self._reply(status, payload, content_type)
 
     def _forward(self, which: str, method: str, path: str, body: bytes,
@@ -333,8 +463,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rm", required=True, help="the RM server (dsp serve), http://127.0.0.1:PORT")
     parser.add_argument("--merge-system", action="store_true",
                         help="move a chat request's system message into its first user message (config.Model)")
+    parser.add_argument("--replay-dir", type=Path,
+                        help="where the replay logs of /replay/NAME/lm/... are kept")
     args = parser.parse_args(argv)
-    gate = Gate(args.port, args.lm, args.rm, merge_system=args.merge_system)
+    gate = Gate(args.port, args.lm, args.rm, merge_system=args.merge_system, replay_dir=args.replay_dir)
     print(f"gate on http://127.0.0.1:{args.port}: /lm -> {' '.join(args.lm)}, /rm -> {args.rm}; policy {POLICY}; "
           f"system messages {'merged into the first user message' if args.merge_system else 'as sent'}", flush=True)
     gate.serve_forever()

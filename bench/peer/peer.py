@@ -22,7 +22,8 @@ project's format, compile costs, and the comparison. `run.sh` calls it; each com
 - `restore` gives a fresh work folder (a new machine) the DSPy units' state committed in the results
   folder: each results file's rows become the raw rows its unit resumes from (after `prepare`: the header
   is rebuilt from the file's identity and the column's data), and the compiled programs and costs are
-  copied back, so a unit longer than one sitting goes on where the last one stopped.
+  copied back, with the ledger and replay log of a compile `convert` found unfinished, so a unit longer
+  than one sitting (its test questions or its compile) goes on where the last one stopped.
 - `cut` copies one of our results files into the results folder with its prompt traces cut (as results/).
 - `report` runs `dsp compare` over the column (the first dsp compile seed first) and writes ``report.md``
   with parse-failure rates and every compile's cost.
@@ -56,6 +57,7 @@ from dsp.evaluation.rows import example_fingerprint, jsonable, metric_caller  # 
 
 from config import DSPY_VAL, GENERATION, MODELS, column_port, split_of  # noqa: E402
 from dspy_side import unit_header  # noqa: E402  (stdlib only until its main() imports DSPy)
+from gate import ReplayLog  # noqa: E402
 
 __all__ = ["prepare_data", "column_identity", "dspy_identity", "convert_raw", "convert_all", "restore_dspy", "cut_traces", "gate_stats",
            "compile_cost", "compile_calls", "matched_candidates", "parse_failures", "report", "scoreboard", "main"]
@@ -244,13 +246,17 @@ def _header_of(identity: Any, data: Mapping[str, Any], path: Path) -> dict[str, 
     return header
 
 
+_LEDGER, _REPLAY = ".compile-ledger.json", ".compile-replay.jsonl"  # dspy_side.py's names
+
+
 def restore_dspy(work: Path, out: Path) -> list[str]:
     """Give the work folder `work` the DSPy units' state committed in the results folder `out`, where it
     has none: each ``out/<stem>.jsonl`` of a DSPy run becomes ``work/dspy/<stem>.raw.jsonl`` (its header
     rebuilt from the file's identity and the column's ``work/data.json``, and checked against it; its rows,
     the results rows less the cut raw completion), and the compiled programs and costs in ``out/dspy/`` are
-    copied back. A unit then resumes on a new machine where the last sitting stopped (dspy_side.py loads
-    the program instead of compiling and skips the finished questions), and a finished one is not run
+    copied back, with an unfinished compile's ledger and replay log. A unit then resumes on a new machine
+    where the last sitting stopped (dspy_side.py loads the program instead of compiling and skips the
+    finished questions; a compile replays the answers it had and goes on), and a finished one is not run
     again. Nothing already in `work` is overwritten; a file is validated whole (identity and every row)
     before anything is written from it. Returns what was done, a line each.
 
@@ -291,7 +297,46 @@ def restore_dspy(work: Path, out: Path) -> list[str]:
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
         done.append(src.name)
+    # A compile stopped mid-way: it goes on from its replay log, its cost so far in its ledger.
+    for ledger in sorted(out.glob(f"dspy/*{_LEDGER}")):
+        if not (work / "dspy" / f"{ledger.name.removesuffix(_LEDGER)}.program.json").exists():
+            done += _restore_compile(ledger, work)
     return done
+
+
+def _restore_compile(src_ledger: Path, work: Path) -> list[str]:
+    """Copy an unfinished compile's ledger and replay log (`convert_all`) into ``work/dspy/``: both checked
+    before either is written (the ledger a JSON object of a header and invocations; every replay line a
+    digest and a response, `ReplayLog`), and neither over a file already there."""
+    stem = src_ledger.name.removesuffix(_LEDGER)
+    sources = [src for src in (src_ledger, src_ledger.with_name(f"{stem}{_REPLAY}"))
+               if src.exists() and not (work / "dspy" / src.name).exists()]
+    (work / "dspy").mkdir(parents=True, exist_ok=True)
+    staged = {src: work / "dspy" / f"{src.name}.tmp" for src in sources}
+    try:
+        for src, tmp in staged.items():
+            shutil.copyfile(src, tmp)
+            if src == src_ledger:
+                try:
+                    kept = json.loads(tmp.read_text(encoding="utf-8"))
+                except ValueError:
+                    kept = None
+                if not (isinstance(kept, dict) and isinstance(kept.get("header"), dict)
+                        and isinstance(kept.get("invocations"), list)
+                        and all(isinstance(i, dict) for i in kept["invocations"])):
+                    raise ValueError(f"{src}: not a compile ledger (a header and a list of invocations)")
+            else:
+                try:
+                    ReplayLog(tmp)  # reads and checks every line
+                except ValueError as error:
+                    raise ValueError(str(error).replace(str(tmp), str(src))) from None
+    except ValueError:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+        raise
+    for src, tmp in staged.items():
+        os.replace(tmp, work / "dspy" / src.name)
+    return [src.name for src in sources]
 
 
 def _finished(row: Mapping[str, Any]) -> bool:
@@ -314,15 +359,16 @@ def cut_traces(src: Path, dst: Path) -> None:
             if isinstance(record, dict) and "index" in record:
                 record = {k: v for k, v in record.items() if k not in CUT}
             target.write(json.dumps(record, ensure_ascii=False) + "\n")
-    if _same_apart_from_created(tmp, dst):
+    if _same_rows_and_identity(tmp, dst):
         tmp.unlink()  # a DSPy file converted again from an unchanged raw file: keep the committed one as is
     else:
         os.replace(tmp, dst)
 
 
-def _same_apart_from_created(new: Path, old: Path) -> bool:
-    """Whether results files `new` and `old` hold the same header (its `created` stamp and `machine` aside:
-    rows restored on another machine and converted again are still the first machine's) and rows."""
+def _same_rows_and_identity(new: Path, old: Path) -> bool:
+    """Whether results files `new` and `old` hold the same rows and the same header apart from when and where
+    it was written (`created`, `machine`): rows restored on another machine and converted again are still
+    the first machine's."""
     if not old.exists():
         return False
     with new.open("rb") as a, old.open("rb") as b:
@@ -354,6 +400,19 @@ def convert_all(work: Path, out: Path) -> list[dict[str, Any]]:
     for extra in sorted((work / "dspy").glob("*.program.json")) + sorted((work / "dspy").glob("*.cost.json")):
         (out / "dspy").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(extra, out / "dspy" / extra.name)
+    # A compile stopped before its end: its ledger and replay log go too, so that it resumes on another
+    # machine; once the program is saved they are spent (its cost file holds the sums), and leave `out`.
+    for ledger in sorted((work / "dspy").glob(f"*{_LEDGER}")):
+        stem = ledger.name.removesuffix(_LEDGER)
+        if not (work / "dspy" / f"{stem}.program.json").exists():
+            for src in (ledger, work / "dspy" / f"{stem}{_REPLAY}"):
+                if src.exists():
+                    (out / "dspy").mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(src, out / "dspy" / src.name)
+    for spent in sorted(out.glob(f"dspy/*{_LEDGER}")) + sorted(out.glob(f"dspy/*{_REPLAY}")):
+        stem = spent.name.removesuffix(_LEDGER).removesuffix(_REPLAY)
+        if (out / "dspy" / f"{stem}.program.json").exists():
+            spent.unlink()
     return summaries
 
 

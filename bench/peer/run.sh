@@ -153,8 +153,9 @@ for i in "${!LM_PORTS[@]}"; do
 done
 wait_for "http://127.0.0.1:$RM_PORT/health" 600 "RM server" "$W/logs/rm-server.log" "$RM_PID"
 mapfile -t GATE_ARGS < <(cfg gate-args "$LM" | grep .)
+# --replay-dir: DSPy's compiles have the gate keep their LM answers there (dspy_side.py), to resume elsewhere.
 "$PY" "$HERE/gate.py" --port "$GATE_PORT" "${LM_URLS[@]}" --rm "http://127.0.0.1:$RM_PORT" \
-  "${GATE_ARGS[@]}" > "$W/logs/gate.log" 2>&1 &
+  --replay-dir "$W/dspy" "${GATE_ARGS[@]}" > "$W/logs/gate.log" 2>&1 &
 PIDS+=($!); GATE_PID=$!
 wait_for "$GATE/gate/health" 30 "gate" "$W/logs/gate.log" "$GATE_PID"
 log "LM $LM on :${LM_PORTS[*]}, RM on :$RM_PORT, gate $GATE ($LM_SPEC)"
