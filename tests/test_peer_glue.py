@@ -507,6 +507,14 @@ def test_the_report_summarizes_each_compile_setting_over_its_seeds_apart(column,
     text = peer.report("gemma", "nq", out, 3)
     assert short.stem not in text.split("```")[1] and "Left out at --n 3 (fewer questions so far" in text
     assert f"{short.name} (2)" in text and short.stem in peer.report("gemma", "nq", out, 2).split("```")[1]
+    # a DSPy compile committed unfinished is named with what it has spent so far, over its sittings
+    (out / "dspy").mkdir()
+    mipro = f"{stem}-dspy-rtr_predict-mipro-chat-seed0"
+    sitting = {"wall_seconds": 600.0, "lm_calls": 40, "replayed": 0,
+               "server": {"lm_requests": 40, "prompt_tokens": 9000, "completion_tokens": 600}}
+    (out / "dspy" / f"{mipro}.compile-ledger.json").write_text(json.dumps({"header": {}, "invocations": [sitting] * 2}))
+    (out / "dspy" / f"{mipro}.compile-replay.jsonl").write_text('{"key": "a"}\n' * 80 + '{"key": "torn')
+    assert f"| {mipro} | 2 | 1200 | 80 | 18000 | 1200 | 80 |" in peer.report("gemma", "nq", out, 3)
 
 
 def test_a_compile_rerun_on_a_warm_cache_keeps_the_first_runs_cost(tmp_path):

@@ -631,6 +631,21 @@ def report(lm: str, dataset: str, out: Path, n: int | None, tag: str = "") -> st
                          f"{server.get('lm_requests')} | {rows.get('requests')} | {server.get('prompt_tokens')} | "
                          f"{server.get('completion_tokens')} |")
         lines.append("")
+    unfinished = sorted((out / "dspy").glob(f"*{_LEDGER}"))
+    if unfinished:
+        lines += ["| DSPy compile in progress (to resume: its ledger and replay log) | sittings | wall s so far | "
+                  "reached the server so far | prompt tokens | completion tokens | answers kept to replay |",
+                  "|---|---|---|---|---|---|---|"]
+        for path in unfinished:
+            invocations = json.loads(path.read_text(encoding="utf-8")).get("invocations") or []
+            replay = path.with_name(path.name.removesuffix(_LEDGER) + _REPLAY)
+            kept = replay.read_bytes().count(b"\n") if replay.exists() else 0  # its whole lines
+            spent = {key: sum(int((i.get("server") or {}).get(key) or 0) for i in invocations)
+                     for key in ("lm_requests", "prompt_tokens", "completion_tokens")}
+            lines.append(f"| {path.name.removesuffix(_LEDGER)} | {len(invocations)} | "
+                         f"{sum(float(i.get('wall_seconds') or 0) for i in invocations):.0f} | {spent['lm_requests']} | "
+                         f"{spent['prompt_tokens']} | {spent['completion_tokens']} | {kept} |")
+        lines.append("")
     text = "\n".join(lines)
     (out / "report.md").write_text(text + "\n", encoding="utf-8")
     return text
