@@ -19,10 +19,9 @@
   ``DIR/NAME.jsonl`` (`ReplayLog`: JSON lines of request digest and response, appended as each answer
   arrives): a request that file holds is answered from it and reaches no server. DSPy's compiles call
   the LM there (`replay_base`): DSPy's own cache holds pickled objects and is never committed, so without
-  this a compile
-  stopped on one machine (a random search outlasts a sitting) would start again from nothing on the next;
-  with it, the committed log replays the calls already paid for and the compile goes on from there.
-  Replayed answers are counted apart (``lm_replayed``), never as requests or tokens.
+  this a compile stopped on one machine (a random search outlasts a sitting) would start again from
+  nothing on the next; with it, the committed log answers the calls already paid for and the compile
+  goes on from there. Replayed answers are counted apart (``lm_replayed``), never as requests or tokens.
 
 Why a gate: the URLs a dsp results file records (and its cache keys) hold the port, so they must not
 change between invocations of run.sh, while the servers behind it may start on any free port; and the
