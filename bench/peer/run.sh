@@ -108,7 +108,12 @@ fi
 PIDS=() UNIT_PID=""
 cleanup() {
   local pid
-  [[ -n "$UNIT_PID" ]] && { kill -- -"$UNIT_PID" 2>/dev/null || true; }  # the unit running, and its children
+  if [[ -n "$UNIT_PID" ]]; then  # the unit running, and its children
+    kill -- -"$UNIT_PID" 2>/dev/null || true
+    # Up to 10 s for it to exit before the servers stop: a DSPy compile's last ledger checkpoint (on
+    # SIGTERM) reads the gate's counters, and would otherwise leave its final minute's requests uncounted.
+    for _ in {1..20}; do kill -0 -- -"$UNIT_PID" 2>/dev/null || break; sleep 0.5; done
+  fi
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
 }
