@@ -51,12 +51,16 @@ from config import (  # noqa: E402
     ADAPTERS, DSPY_K, DSPY_TRAIN, DSPY_VAL, DSPY_VERSION, GENERATION, KNN_K, MODELS, MULTIHOP, OPTIMIZERS, dspy_model,
 )
 
-__all__ = ["main", "parse_config", "draw", "unit_header", "HashingTfidf", "build_programs", "search", "CompileLedger"]
+__all__ = ["main", "parse_config", "draw", "unit_header", "HashingTfidf", "build_programs", "search", "CompileLedger",
+           "COMPILE_LEDGER", "COMPILE_REPLAY"]
 
 # A tiny model fails to parse often; DSPy's optimizers halt after `max_errors` (10 by default) failed
 # examples. Failures here are data (a failed bootstrap example, a 0 on validation), not a reason to halt.
 MAX_ERRORS = 1_000_000
 RAW_KEEP = 2000  # characters of the last raw completion kept per row (why a parse failed)
+# An unfinished compile's files beside its program, ``<stem>`` + these (peer.py commits and restores them);
+# the gate names its replay log ``<name>.jsonl``.
+COMPILE_LEDGER, COMPILE_REPLAY = ".compile-ledger.json", ".compile-replay"
 
 
 def parse_config(name: str) -> tuple[str, str, str]:
@@ -521,16 +525,16 @@ def main(argv: list[str] | None = None) -> int:
         if optimizer == "knn":
             program = _compile(optimizer, program, trainset, valset, args.threads, args.seed, args.rs_candidates)
         else:
-            ledger = CompileLedger(out / f"{stem}.compile-ledger.json", header, lambda: _gate_stats(args.gate),
+            ledger = CompileLedger(out / f"{stem}{COMPILE_LEDGER}", header, lambda: _gate_stats(args.gate),
                                    lambda: counter.calls)
             ledger.start()
             if ledger.earlier:
                 print(f"resuming a compile stopped {len(ledger.earlier)} time(s): its calls so far come from the "
-                      f"cache, its cost so far from {ledger.path}", flush=True)
+                      f"cache and the gate's replay log, its cost so far from {ledger.path}", flush=True)
             release = _keep_ledger(ledger)
             # The same LM through the gate's replay route: the gate keeps the compile's answers (and gives
             # them again), so a compile stopped here resumes on another machine from the committed log.
-            compile_lm = language_model(replay_base(args.gate, f"{stem}.compile-replay"))
+            compile_lm = language_model(replay_base(args.gate, f"{stem}{COMPILE_REPLAY}"))
             try:
                 with dspy.context(lm=compile_lm):
                     program = _compile(optimizer, program, trainset, valset, args.threads, args.seed,

@@ -220,9 +220,25 @@ class ReplayLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.answers: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
         text = path.read_text(encoding="utf-8") if path.exists() else ""
+        self.answers, complete = ReplayLog.parse(text, str(path))
+        if complete != text:
+            with path.open("r+b") as file:
+                file.truncate(len(complete.encode("utf-8")))
+
+    @staticmethod
+    def parse(text: str, source: str) -> tuple[dict[str, dict[str, Any]], str]:
+        """A log's answers by key, and its whole lines (`text` less a last line cut short); anything but
+        replay records is refused, naming `source` and the line.
+
+        >>> ReplayLog.parse('{"key": "%s", "response": {}}\\n{"ke' % ("0" * 64), "unit.jsonl")[0]
+        {'0000000000000000000000000000000000000000000000000000000000000000': {}}
+        >>> ReplayLog.parse("[]\\n", "unit.jsonl")
+        Traceback (most recent call last):
+        ValueError: unit.jsonl: line 1 is not a replay record ({"key": <sha256 hex>, "response": {...}})
+        """
+        answers: dict[str, dict[str, Any]] = {}
         complete = text[:text.rfind("\n") + 1]  # whole lines; what follows the last newline was cut short
         for number, line in enumerate(complete.splitlines(), start=1):
             try:
@@ -232,12 +248,10 @@ class ReplayLog:
             if not (isinstance(record, dict) and set(record) == {"key", "response"}
                     and isinstance(record["key"], str) and _DIGEST.fullmatch(record["key"])
                     and isinstance(record["response"], dict)):
-                raise ValueError(f"{path}: line {number} is not a replay record "
+                raise ValueError(f"{source}: line {number} is not a replay record "
                                  '({"key": <sha256 hex>, "response": {...}})')
-            self.answers[record["key"]] = record["response"]
-        if complete != text:
-            with path.open("r+b") as file:
-                file.truncate(len(complete.encode("utf-8")))
+            answers[record["key"]] = record["response"]
+        return answers, complete
 
     def __len__(self) -> int:
         return len(self.answers)

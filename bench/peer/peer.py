@@ -56,7 +56,7 @@ from dsp.evaluation import RunLog, describe, read_run  # noqa: E402
 from dsp.evaluation.rows import example_fingerprint, jsonable, metric_caller  # noqa: E402
 
 from config import DSPY_VAL, GENERATION, MODELS, column_port, split_of  # noqa: E402
-from dspy_side import unit_header  # noqa: E402  (stdlib only until its main() imports DSPy)
+from dspy_side import COMPILE_LEDGER, COMPILE_REPLAY, unit_header  # noqa: E402  (stdlib only until its main() imports DSPy)
 from gate import ReplayLog  # noqa: E402
 
 __all__ = ["prepare_data", "column_identity", "dspy_identity", "convert_raw", "convert_all", "restore_dspy", "cut_traces", "gate_stats",
@@ -246,7 +246,20 @@ def _header_of(identity: Any, data: Mapping[str, Any], path: Path) -> dict[str, 
     return header
 
 
-_LEDGER, _REPLAY = ".compile-ledger.json", ".compile-replay.jsonl"  # dspy_side.py's names
+_LEDGER, _REPLAY = COMPILE_LEDGER, f"{COMPILE_REPLAY}.jsonl"  # an unfinished compile's files (the gate adds .jsonl)
+
+
+def _compile_ledger(text: str, source: Path) -> dict[str, Any]:
+    """A committed compile ledger's content, checked for its shape (a header and a list of invocations);
+    anything else is refused naming `source`. (Its header is checked against the unit's when it is used.)"""
+    try:
+        kept = json.loads(text)
+    except ValueError:
+        kept = None
+    if not (isinstance(kept, dict) and isinstance(kept.get("header"), dict)
+            and isinstance(kept.get("invocations"), list) and all(isinstance(i, dict) for i in kept["invocations"])):
+        raise ValueError(f"{source}: not a compile ledger (a header and a list of invocations)")
+    return kept
 
 
 def restore_dspy(work: Path, out: Path) -> list[str]:
@@ -311,30 +324,20 @@ def _restore_compile(src_ledger: Path, work: Path) -> list[str]:
     stem = src_ledger.name.removesuffix(_LEDGER)
     sources = [src for src in (src_ledger, src_ledger.with_name(f"{stem}{_REPLAY}"))
                if src.exists() and not (work / "dspy" / src.name).exists()]
+    contents = {src: src.read_bytes() for src in sources}  # what is checked is what is written, byte for byte
+    for src, content in contents.items():  # all checked before anything is written
+        try:
+            text = content.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{src}: not UTF-8 text") from None
+        if src == src_ledger:
+            _compile_ledger(text, src)
+        else:
+            ReplayLog.parse(text, str(src))
     (work / "dspy").mkdir(parents=True, exist_ok=True)
-    staged = {src: work / "dspy" / f"{src.name}.tmp" for src in sources}
-    try:
-        for src, tmp in staged.items():
-            shutil.copyfile(src, tmp)
-            if src == src_ledger:
-                try:
-                    kept = json.loads(tmp.read_text(encoding="utf-8"))
-                except ValueError:
-                    kept = None
-                if not (isinstance(kept, dict) and isinstance(kept.get("header"), dict)
-                        and isinstance(kept.get("invocations"), list)
-                        and all(isinstance(i, dict) for i in kept["invocations"])):
-                    raise ValueError(f"{src}: not a compile ledger (a header and a list of invocations)")
-            else:
-                try:
-                    ReplayLog(tmp)  # reads and checks every line
-                except ValueError as error:
-                    raise ValueError(str(error).replace(str(tmp), str(src))) from None
-    except ValueError:
-        for tmp in staged.values():
-            tmp.unlink(missing_ok=True)
-        raise
-    for src, tmp in staged.items():
+    for src, content in contents.items():
+        tmp = work / "dspy" / f"{src.name}.tmp"
+        tmp.write_bytes(content)
         os.replace(tmp, work / "dspy" / src.name)
     return [src.name for src in sources]
 
@@ -637,7 +640,7 @@ def report(lm: str, dataset: str, out: Path, n: int | None, tag: str = "") -> st
                   "reached the server so far | prompt tokens | completion tokens | answers kept to replay |",
                   "|---|---|---|---|---|---|---|"]
         for path in unfinished:
-            invocations = json.loads(path.read_text(encoding="utf-8")).get("invocations") or []
+            invocations = _compile_ledger(path.read_text(encoding="utf-8"), path)["invocations"]
             replay = path.with_name(path.name.removesuffix(_LEDGER) + _REPLAY)
             kept = replay.read_bytes().count(b"\n") if replay.exists() else 0  # its whole lines
             spent = {key: sum(int((i.get("server") or {}).get(key) or 0) for i in invocations)
