@@ -413,6 +413,57 @@ def test_an_unfinished_dspy_compile_is_committed_and_goes_on_in_a_fresh_work_fol
     assert sorted(p.name for p in (results / "dspy").iterdir()) == [f"{stem}.program.json"]
 
 
+def test_a_failed_dspy_compile_is_committed_as_its_record_and_log_and_not_run_again(column, tmp_path):
+    """A compile DSPy ended on a completion it could not parse (MIPROv2's proposer on a tiny model) has no
+    program: `convert` commits its record (spend, error, where) with its replay log, the earlier sitting's
+    ledger leaves, `restore` gives both back (a rerun from the log reaches the same end with no server),
+    and the report names it."""
+    data, _ = column
+    stem = f"{data['stem']}-dspy-rtr_predict-mipro-chat-seed0"
+    work, results, fresh = tmp_path / "work", tmp_path / "results", tmp_path / "fresh"
+    (work / "dspy").mkdir(parents=True)
+    (work / "data.json").write_text(json.dumps(data), encoding="utf-8")
+    header = dspy_side.unit_header(data, "rtr_predict-mipro-chat", 0, config.dspy_model("gemma"),
+                                   "http://127.0.0.1:18800", None)
+    sitting = {"wall_seconds": 600.0, "lm_calls": 70, "server": dict.fromkeys(dspy_side.SERVER_KEYS, 70), "replayed": 0}
+    ledger = work / "dspy" / f"{stem}.compile-ledger.json"
+    ledger.write_text(json.dumps({"header": header, "invocations": [sitting]}))
+    log = gate.ReplayLog(work / "dspy" / f"{stem}.compile-replay.jsonl")
+    log.put("a" * 64, {"choices": [{"message": {"content": "[[ ## answer ## ]]\nParis"}}]})
+    peer.convert_all(work, results)  # the first sitting, unfinished
+    assert (results / "dspy" / ledger.name).exists()
+
+    # The second sitting ends in the proposer: dspy_side writes the record, its ledger is finished.
+    log.put("b" * 64, {"choices": [{"message": {"content": "Select a language model."}}]})
+    try:
+        raise ValueError("LM Response: Select a language model.")
+    except ValueError as error:
+        failure = dspy_side.compile_failure(error)
+    record = {"system": "dspy", "config": "rtr_predict-mipro-chat", "seed": 0, "wall_seconds": 900.0,
+              "lm_calls": 140, "server": dict.fromkeys(dspy_side.SERVER_KEYS, 140), "replayed": 70,
+              "invocations": [sitting, sitting], "failed": {**failure, "step": "dspy/propose/grounded_proposer.py:231 forward"}}
+    failed = work / "dspy" / f"{stem}.compile-failed.json"
+    failed.write_text(json.dumps(record), encoding="utf-8")
+    ledger.unlink()
+    peer.convert_all(work, results)
+    assert sorted(p.name for p in (results / "dspy").iterdir()) == [failed.name, f"{stem}.compile-replay.jsonl"]
+    assert len(gate.ReplayLog(results / "dspy" / f"{stem}.compile-replay.jsonl")) == 2  # the whole log
+
+    (fresh / "data.json").parent.mkdir(parents=True)
+    (fresh / "data.json").write_text(json.dumps(data), encoding="utf-8")
+    assert peer.restore_dspy(fresh, results) == [failed.name, f"{stem}.compile-replay.jsonl"]
+    assert json.loads((fresh / "dspy" / failed.name).read_text())["failed"]["type"] == "ValueError"
+    assert peer.restore_dspy(fresh, results) == []  # nothing overwritten
+
+    (results / "retrieve_then_read.jsonl").write_text((column[1]).read_text(encoding="utf-8"), encoding="utf-8")
+    text = peer.report("gemma", "nq", results, None)
+    assert f"| {stem} | ValueError in `dspy/propose/grounded_proposer.py:231 forward` | 2 | 900.0 | 140 | 140 | 140 | 140 |" in text
+    failed_out = results / "dspy" / failed.name
+    failed_out.write_text('{"wall_seconds": 1}', encoding="utf-8")
+    with pytest.raises(ValueError, match=f"{failed.name}: not a failed compile's record"):
+        peer.report("gemma", "nq", results, None)
+
+
 def test_units_selection_configs_and_the_matched_budget(tmp_path):
     nq, hotpot = config.units("nq"), config.units("hotpotqa")
     assert nq[:10] == ["dsp:vanilla-seed0", *(f"dsp:rtr-seed{s}" for s in range(5)), "dsp:small-seed0",
@@ -599,6 +650,16 @@ def test_a_dspy_compile_stopped_by_sigterm_and_resumed_reports_the_spend_of_both
     assert spent["server"]["lm_requests"] == 350 and spent["server"]["prompt_tokens"] == 85000
     assert spent["lm_calls"] == 350 and len(spent["invocations"]) == 2 and not ledger_path.exists()
     assert peer.compile_calls(spent) == 350
+
+    # A compile that raises stops its checkpoints with release(), which writes its last counts first.
+    served = {"lm_requests": 0}
+    raised = CompileLedger(ledger_path, {"config": "rtr_predict-rs-chat"}, lambda: dict(served), lambda: 8)
+    raised.start()
+    release = dspy_side._keep_ledger(raised, every=3600)
+    served["lm_requests"] = 8
+    release()
+    assert json.loads(ledger_path.read_text())["invocations"][-1]["server"]["lm_requests"] == 8
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
     # Another configuration's ledger is refused, not summed into this one.
     ledger_path.write_text(json.dumps({"header": {"config": "rtr_predict-mipro-chat"}, "invocations": [first]}))

@@ -15,6 +15,10 @@ What it writes under W/dspy/ (W: the column's work folder):
 - ``<stem>.cost.json``: what the compile cost (LM calls, as DSPy made them and as the gate's LM server
   counted them, with tokens; wall time), summed over the invocations of a compile stopped and resumed;
 - ``<stem>.compile-ledger.json``: while a compile runs, what each invocation has spent (`CompileLedger`);
+- ``<stem>.compile-failed.json``: a compile DSPy ended with a completion it could not parse, raised where
+  the optimizer does not catch it (MIPROv2's instruction proposer, on a tiny model): no program; what the
+  compile spent, the error and where in DSPy it was raised. The completion is the LM's at temperature 0,
+  replayed from the log below, so a rerun fails the same way: the unit is not run again while it stands;
 - ``<stem>.compile-replay.jsonl``: while a compile runs, the LM's answers to its requests, kept by the
   gate (gate.ReplayLog: the compile calls the LM at gate.replay_base); `peer.py convert` commits it
   with the ledger until the compile finishes, so a compile stopped on one machine goes on from there on
@@ -52,15 +56,15 @@ from config import (  # noqa: E402
 )
 
 __all__ = ["main", "parse_config", "draw", "unit_header", "HashingTfidf", "build_programs", "search", "CompileLedger",
-           "COMPILE_LEDGER", "COMPILE_REPLAY"]
+           "COMPILE_LEDGER", "COMPILE_REPLAY", "COMPILE_FAILED", "compile_failure"]
 
 # A tiny model fails to parse often; DSPy's optimizers halt after `max_errors` (10 by default) failed
 # examples. Failures here are data (a failed bootstrap example, a 0 on validation), not a reason to halt.
 MAX_ERRORS = 1_000_000
 RAW_KEEP = 2000  # characters of the last raw completion kept per row (why a parse failed)
-# An unfinished compile's files beside its program, ``<stem>`` + these (peer.py commits and restores them);
-# the gate names its replay log ``<name>.jsonl``.
-COMPILE_LEDGER, COMPILE_REPLAY = ".compile-ledger.json", ".compile-replay"
+# A compile's files beside its program, ``<stem>`` + these (peer.py commits and restores them): an
+# unfinished one's ledger and replay log (the gate names it ``<name>.jsonl``), a failed one's record.
+COMPILE_LEDGER, COMPILE_REPLAY, COMPILE_FAILED = ".compile-ledger.json", ".compile-replay", ".compile-failed.json"
 
 
 def parse_config(name: str) -> tuple[str, str, str]:
@@ -283,7 +287,8 @@ class CompileLedger:
 
 def _keep_ledger(ledger: CompileLedger, every: float = 60.0) -> Callable[[], None]:
     """Checkpoints `ledger` every `every` seconds and on SIGTERM (then exits, as SIGTERM would); returns
-    the function that stops both."""
+    the function that stops both and checkpoints once more (a compile that raised keeps its last
+    minute's counts: they were lost when it did not)."""
     import signal
 
     stop = threading.Event()
@@ -302,7 +307,9 @@ def _keep_ledger(ledger: CompileLedger, every: float = 60.0) -> Callable[[], Non
 
     def release() -> None:
         stop.set()
+        thread.join()  # a checkpoint under way ends first, so the last one written is this one
         signal.signal(signal.SIGTERM, previous)
+        ledger.checkpoint()
 
     return release
 
@@ -390,6 +397,28 @@ def _compile(optimizer: str, student: Any, trainset: list[Any], valset: list[Any
     if optimizer == "knn":
         return teleprompter.compile(student)
     return teleprompter.compile(student, trainset=trainset)
+
+
+def compile_failure(error: BaseException, limit: int = 2000) -> dict[str, Any]:
+    """What a failed compile's record says of its error: the type, the message (the completion DSPy could
+    not parse is in it; cut to `limit` characters), the frames in DSPy that raised it (innermost last),
+    and `step`: the innermost of them outside DSPy's call machinery (adapters, predict, clients, utils,
+    primitives), i.e. which part of the optimizer made the call.
+
+    >>> def propose(): raise ValueError("LM Response: 'Select a language model.'")
+    >>> try:
+    ...     propose()
+    ... except ValueError as error:
+    ...     failure = compile_failure(error)
+    >>> failure["type"], failure["message"], failure["where"], failure["step"]
+    ('ValueError', "LM Response: 'Select a language model.'", [], None)
+    """
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if "site-packages/dspy/" in frame.filename]
+    where = [f"{frame.filename.split('site-packages/')[-1]}:{frame.lineno} {frame.name}" for frame in frames]
+    machinery = ("/dspy/adapters/", "/dspy/predict/", "/dspy/clients/", "/dspy/utils/", "/dspy/primitives/")
+    steps = [line for frame, line in zip(frames, where) if not any(part in frame.filename for part in machinery)]
+    return {"type": type(error).__name__, "message": str(error)[:limit], "where": where[-40:],
+            "step": steps[-1] if steps else None}
 
 
 def _optimizer_settings(optimizer: str, rs_candidates: int | None) -> dict[str, Any]:
@@ -481,6 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["DSPY_CACHEDIR"] = str(work / "dspy-cache")  # before dspy is imported: it reads it then
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network look-up of prices
     import dspy
+    from dspy.utils.exceptions import AdapterParseError
 
     if dspy.__version__ != DSPY_VERSION:
         raise SystemExit(f"dspy_side: DSPy {dspy.__version__} is installed, the harness pins {DSPY_VERSION}")
@@ -512,11 +542,17 @@ def main(argv: list[str] | None = None) -> int:
 
     program = programs[program_name]()
     program_path, cost_path = out / f"{stem}.program.json", out / f"{stem}.cost.json"
+    failed_path = out / f"{stem}{COMPILE_FAILED}"
     if optimizer == "none":
         pass  # the program as written: nothing to compile
     elif optimizer != "knn" and program_path.exists():
         program.load(str(program_path))
         print(f"loaded the compiled program {program_path}", flush=True)
+    elif optimizer != "knn" and failed_path.exists():
+        print(f"the compile of {args.config} (seed {args.seed}) failed on a completion DSPy could not parse "
+              f"({failed_path}); a rerun replays the same completions and fails the same way, so it is not "
+              "run again (delete that file to try)", flush=True)
+        return 0
     else:
         # KNNFewShot picks its demonstrations per question at inference (a BootstrapFewShot over the k
         # nearest training examples, run inside each call): its "compile" has no state to save, and its
@@ -535,13 +571,19 @@ def main(argv: list[str] | None = None) -> int:
             # The same LM through the gate's replay route: the gate keeps the compile's answers (and gives
             # them again), so a compile stopped here resumes on another machine from the committed log.
             compile_lm = language_model(replay_base(args.gate, f"{stem}{COMPILE_REPLAY}"))
+            failure: AdapterParseError | None = None
             try:
                 with dspy.context(lm=compile_lm):
                     program = _compile(optimizer, program, trainset, valset, args.threads, args.seed,
                                        args.rs_candidates)
+            except AdapterParseError as error:
+                # Raised where the optimizer does not catch it; the completion is the LM's at temperature 0,
+                # so this compile can only end here: its spend and error are kept, and it ends.
+                failure = error
             finally:
-                release()
-            program.save(str(program_path))
+                release()  # before finish: the checkpoint thread must not write the ledger again
+            if failure is None:
+                program.save(str(program_path))
             spent = ledger.finish()
             cost = {"system": "dspy", "config": args.config, "seed": args.seed, "optimizer": header["optimizer"],
                     **spent, "train": header["train"], "val": header["val"],
@@ -550,6 +592,14 @@ def main(argv: list[str] | None = None) -> int:
                             "server: the requests that reached the LM server, counted at the gate, summed over "
                             "the invocations; replayed: requests the gate answered from the replay log; "
                             "wall_seconds: summed over the invocations (each one's in invocations)"}
+            if failure is not None:
+                cost["failed"] = compile_failure(failure)
+                failed_path.write_text(json.dumps(cost, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+                print(f"the compile failed after {cost['wall_seconds']:.0f} s and {cost['lm_calls']} LM calls "
+                      f"({cost['server']['lm_requests']} reached the server): {cost['failed']['type']} in "
+                      f"{cost['failed']['step']}; no program, no test rows -> {failed_path}",
+                      flush=True)
+                return 1
             cost_path.write_text(json.dumps(cost, indent=1) + "\n", encoding="utf-8")
             print(f"compiled in {cost['wall_seconds']:.0f} s: {cost['lm_calls']} LM calls, "
                   f"{cost['server']['lm_requests']} reached the server ({cost['server']['prompt_tokens']} prompt, "

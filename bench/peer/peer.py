@@ -56,7 +56,7 @@ from dsp.evaluation import RunLog, describe, read_run  # noqa: E402
 from dsp.evaluation.rows import example_fingerprint, jsonable, metric_caller  # noqa: E402
 
 from config import DSPY_VAL, GENERATION, MODELS, column_port, split_of  # noqa: E402
-from dspy_side import COMPILE_LEDGER, COMPILE_REPLAY, unit_header  # noqa: E402  (stdlib only until its main() imports DSPy)
+from dspy_side import COMPILE_FAILED, COMPILE_LEDGER, COMPILE_REPLAY, unit_header  # noqa: E402  (stdlib only until main())
 from gate import ReplayLog  # noqa: E402
 
 __all__ = ["prepare_data", "column_identity", "dspy_identity", "convert_raw", "convert_all", "restore_dspy", "cut_traces", "gate_stats",
@@ -301,7 +301,7 @@ def restore_dspy(work: Path, out: Path) -> list[str]:
         os.replace(tmp, raw)
         done.append(f"{path.name}: {len(restored)} rows")
     # Compiled programs and costs, a unit's test rows or not (a sitting may stop between compile and test).
-    for src in sorted(out.glob("dspy/*.program.json")) + sorted(out.glob("dspy/*.cost.json")):
+    for src in _compile_records(out / "dspy"):
         dst = work / "dspy" / src.name
         if dst.exists():
             continue
@@ -310,19 +310,23 @@ def restore_dspy(work: Path, out: Path) -> list[str]:
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
         done.append(src.name)
-    # A compile stopped mid-way: it goes on from its replay log, its cost so far in its ledger.
-    for ledger in sorted(out.glob(f"dspy/*{_LEDGER}")):
-        if not (work / "dspy" / f"{ledger.name.removesuffix(_LEDGER)}.program.json").exists():
-            done += _restore_compile(ledger, work)
+    # A compile stopped mid-way: it goes on from its replay log, its cost so far in its ledger. A failed
+    # one: its log, so that deleting its record and rerunning replays it to the same end.
+    stems = {path.name.removesuffix(suffix) for suffix in (_LEDGER, COMPILE_FAILED)
+             for path in out.glob(f"dspy/*{suffix}")}
+    for stem in sorted(stems):
+        if not (work / "dspy" / f"{stem}.program.json").exists():
+            done += _restore_compile(out / "dspy", stem, work)
     return done
 
 
-def _restore_compile(src_ledger: Path, work: Path) -> list[str]:
-    """Copy an unfinished compile's ledger and replay log (`convert_all`) into ``work/dspy/``: both checked
-    before either is written (the ledger a JSON object of a header and invocations; every replay line a
-    digest and a response, `ReplayLog`), and neither over a file already there."""
-    stem = src_ledger.name.removesuffix(_LEDGER)
-    sources = [src for src in (src_ledger, src_ledger.with_name(f"{stem}{_REPLAY}"))
+def _restore_compile(folder: Path, stem: str, work: Path) -> list[str]:
+    """Copy a compile's ledger and replay log, those of the two in `folder` (`convert_all`), into
+    ``work/dspy/``: both checked before either is written (the ledger a JSON object of a header and
+    invocations; every replay line a digest and a response, `ReplayLog`), and neither over a file already
+    there."""
+    src_ledger = folder / f"{stem}{_LEDGER}"
+    sources = [src for src in (src_ledger, folder / f"{stem}{_REPLAY}")
                if src.exists() and not (work / "dspy" / src.name).exists()]
     contents = {src: src.read_bytes() for src in sources}  # what is checked is what is written, byte for byte
     for src, content in contents.items():  # all checked before anything is written
@@ -340,6 +344,12 @@ def _restore_compile(src_ledger: Path, work: Path) -> list[str]:
         tmp.write_bytes(content)
         os.replace(tmp, work / "dspy" / src.name)
     return [src.name for src in sources]
+
+
+def _compile_records(folder: Path) -> list[Path]:
+    """The DSPy compiles' kept outcomes in `folder`: programs, costs, failed compiles' records."""
+    return [path for pattern in ("*.program.json", "*.cost.json", f"*{COMPILE_FAILED}")
+            for path in sorted(folder.glob(pattern))]
 
 
 def _finished(row: Mapping[str, Any]) -> bool:
@@ -400,11 +410,12 @@ def convert_all(work: Path, out: Path) -> list[dict[str, Any]]:
         counts = convert_raw(raw, data, full)
         cut_traces(full, out / f"{stem}.jsonl")
         summaries.append({"stem": stem, **counts})
-    for extra in sorted((work / "dspy").glob("*.program.json")) + sorted((work / "dspy").glob("*.cost.json")):
+    for extra in _compile_records(work / "dspy"):
         (out / "dspy").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(extra, out / "dspy" / extra.name)
     # A compile stopped before its end: its ledger and replay log go too, so that it resumes on another
     # machine; once the program is saved they are spent (its cost file holds the sums), and leave `out`.
+    # A failed compile's log stays beside its record: a rerun from it reaches the same failure with no server.
     for ledger in sorted((work / "dspy").glob(f"*{_LEDGER}")):
         stem = ledger.name.removesuffix(_LEDGER)
         if not (work / "dspy" / f"{stem}.program.json").exists():
@@ -412,9 +423,14 @@ def convert_all(work: Path, out: Path) -> list[dict[str, Any]]:
                 if src.exists():
                     (out / "dspy").mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(src, out / "dspy" / src.name)
+    for failed in sorted((work / "dspy").glob(f"*{COMPILE_FAILED}")):
+        log = work / "dspy" / f"{failed.name.removesuffix(COMPILE_FAILED)}{_REPLAY}"
+        if log.exists():
+            shutil.copyfile(log, out / "dspy" / log.name)
     for spent in sorted(out.glob(f"dspy/*{_LEDGER}")) + sorted(out.glob(f"dspy/*{_REPLAY}")):
         stem = spent.name.removesuffix(_LEDGER).removesuffix(_REPLAY)
-        if (out / "dspy" / f"{stem}.program.json").exists():
+        if (out / "dspy" / f"{stem}.program.json").exists() or (
+                spent.name.endswith(_LEDGER) and (out / "dspy" / f"{stem}{COMPILE_FAILED}").exists()):
             spent.unlink()
     return summaries
 
@@ -648,6 +664,21 @@ def report(lm: str, dataset: str, out: Path, n: int | None, tag: str = "") -> st
             lines.append(f"| {path.name.removesuffix(_LEDGER)} | {len(invocations)} | "
                          f"{sum(float(i.get('wall_seconds') or 0) for i in invocations):.0f} | {spent['lm_requests']} | "
                          f"{spent['prompt_tokens']} | {spent['completion_tokens']} | {kept} |")
+        lines.append("")
+    failed = sorted((out / "dspy").glob(f"*{COMPILE_FAILED}"))
+    if failed:
+        lines += ["| DSPy compile that failed (no program, no test rows: a completion DSPy could not parse, raised "
+                  "where its optimizer does not catch it) | in | sittings | wall s | LM calls | reached the server | "
+                  "prompt tokens | completion tokens |", "|---|---|---|---|---|---|---|---|"]
+        for path in failed:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            if not (isinstance(record, dict) and isinstance(record.get("failed"), dict)):
+                raise ValueError(f"{path}: not a failed compile's record (no 'failed' object)")
+            server = record.get("server") or {}
+            lines.append(f"| {path.name.removesuffix(COMPILE_FAILED)} | {record['failed'].get('type')} in "
+                         f"`{record['failed'].get('step')}` | {len(record.get('invocations') or [])} | "
+                         f"{record.get('wall_seconds')} | {record.get('lm_calls')} | {server.get('lm_requests')} | "
+                         f"{server.get('prompt_tokens')} | {server.get('completion_tokens')} |")
         lines.append("")
     text = "\n".join(lines)
     (out / "report.md").write_text(text + "\n", encoding="utf-8")
