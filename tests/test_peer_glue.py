@@ -462,6 +462,9 @@ def test_a_failed_dspy_compile_is_committed_as_its_record_and_log_and_not_run_ag
     failed_out.write_text('{"wall_seconds": 1}', encoding="utf-8")
     with pytest.raises(ValueError, match=f"{failed.name}: not a failed compile's record"):
         peer.report("gemma", "nq", results, None)
+    # Its record deleted, to see a rerun fail the same way: the log alone is still given back to replay.
+    failed_out.unlink()
+    assert peer.restore_dspy(tmp_path / "again", results) == [f"{stem}.compile-replay.jsonl"]
 
 
 def test_units_selection_configs_and_the_matched_budget(tmp_path):

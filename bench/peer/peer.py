@@ -312,7 +312,7 @@ def restore_dspy(work: Path, out: Path) -> list[str]:
         done.append(src.name)
     # A compile stopped mid-way: it goes on from its replay log, its cost so far in its ledger. A failed
     # one: its log, so that deleting its record and rerunning replays it to the same end.
-    stems = {path.name.removesuffix(suffix) for suffix in (_LEDGER, COMPILE_FAILED)
+    stems = {path.name.removesuffix(suffix) for suffix in (_LEDGER, _REPLAY, COMPILE_FAILED)
              for path in out.glob(f"dspy/*{suffix}")}
     for stem in sorted(stems):
         if not (work / "dspy" / f"{stem}.program.json").exists():
