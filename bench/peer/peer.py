@@ -698,7 +698,8 @@ def scoreboard(root: Path, n: int = 500) -> str:
     (``<lm>/<dataset>/``): per served model and dataset, each dsp compiler's test EM on the first `n`
     questions by compile seed, DSPy's best configuration so far, the weakest compile seed against it
     (right only one / only the other, exact McNemar p), the LM calls each made to compile (dsp: the
-    range over seeds), and how many DSPy configurations have run. Columns of one served model (SmolLM2's
+    range over seeds), and how many DSPy configurations have run (and whose compile failed: no test
+    rows, `COMPILE_FAILED`). Columns of one served model (SmolLM2's
     chat and text columns) are one row group: they answer the same test questions with the same model.
 
     >>> scoreboard(ROOT / "results" / "peer").splitlines()[0].startswith("| LM × dataset | dsp compiler")
@@ -724,6 +725,7 @@ def scoreboard(root: Path, n: int = 500) -> str:
                 if compiled:
                     settings.setdefault((path.parent.parent.name, compiled.tag), {})[compiled.seed] = path
             dspy = [path for path in files if "-dspy-" in path.name]
+            failed = [path for folder in folders for path in sorted((folder / "dspy").glob(f"*{COMPILE_FAILED}"))]
             if not settings:
                 continue
             scores = {run.path: run.score for run in compare_runs(
@@ -748,7 +750,8 @@ def scoreboard(root: Path, n: int = 500) -> str:
                     best_cell = f"`{name.split('-dspy-')[1]}`: {scores[str(best)]:.1f}"
                     best_calls = _dspy_compile_calls(best.parent, name)
                 lines.append(f"| {label} | `{column}`, {tag or 'untagged'} | {by_seed} | {best_cell} | "
-                             f"{versus} | {dsp_calls} / {best_calls or '–'} | {len(dspy)} |")
+                             f"{versus} | {dsp_calls} / {best_calls or '–'} | {len(dspy)}"
+                             f"{f' (+{len(failed)} whose compile failed)' if failed else ''} |")
     return "\n".join(lines)
 
 
