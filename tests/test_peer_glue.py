@@ -364,20 +364,29 @@ def test_the_gate_answers_a_compiles_requests_again_from_its_replay_log(tmp_path
     keeps_none.server_close()
 
 
+_SITTING = {"wall_seconds": 600.0, "lm_calls": 70, "server": dict.fromkeys(dspy_side.SERVER_KEYS, 70), "replayed": 0}
+
+
+def _compile_sitting(data: dict, work: Path, unit: str) -> tuple[str, Path]:
+    """A work folder whose DSPy unit `unit` (seed 0) stopped after one sitting of its compile: data.json
+    and the compile's ledger. Returns the unit's stem and the ledger's path."""
+    stem = f"{data['stem']}-dspy-{unit}-seed0"
+    (work / "dspy").mkdir(parents=True)
+    (work / "data.json").write_text(json.dumps(data), encoding="utf-8")
+    header = dspy_side.unit_header(data, unit, 0, config.dspy_model("gemma"), "http://127.0.0.1:18800", None)
+    ledger = work / "dspy" / f"{stem}.compile-ledger.json"
+    ledger.write_text(json.dumps({"header": header, "invocations": [_SITTING]}))
+    return stem, ledger
+
+
 def test_an_unfinished_dspy_compile_is_committed_and_goes_on_in_a_fresh_work_folder(column, tmp_path):
     """A compile stopped mid-way (a random search outlasts a sitting): `convert` commits its ledger and the
     gate's replay log, `restore` gives them to a fresh work folder (each checked first, nothing
     overwritten), and once the program is saved they leave the results folder."""
     data, _ = column
-    stem = f"{data['stem']}-dspy-rtr_predict-rs-chat-seed0"
     old, results, fresh = tmp_path / "old-work", tmp_path / "results", tmp_path / "work"
-    (old / "dspy").mkdir(parents=True)
-    (old / "data.json").write_text(json.dumps(data), encoding="utf-8")
-    header = dspy_side.unit_header(data, "rtr_predict-rs-chat", 0, config.dspy_model("gemma"),
-                                   "http://127.0.0.1:18800", None)
-    ledger = old / "dspy" / f"{stem}.compile-ledger.json"
-    ledger.write_text(json.dumps({"header": header, "invocations": [
-        {"wall_seconds": 600.0, "lm_calls": 70, "server": dict.fromkeys(dspy_side.SERVER_KEYS, 70), "replayed": 0}]}))
+    stem, ledger = _compile_sitting(data, old, "rtr_predict-rs-chat")
+    header = json.loads(ledger.read_text())["header"]
     replay = gate.ReplayLog(old / "dspy" / f"{stem}.compile-replay.jsonl")
     replay.put("a" * 64, {"choices": [{"message": {"content": "[[ ## answer ## ]]\nParis"}}]})
     peer.convert_all(old, results)
@@ -419,15 +428,8 @@ def test_a_failed_dspy_compile_is_committed_as_its_record_and_log_and_not_run_ag
     ledger leaves, `restore` gives both back (a rerun from the log reaches the same end with no server),
     and the report names it."""
     data, _ = column
-    stem = f"{data['stem']}-dspy-rtr_predict-mipro-chat-seed0"
     work, results, fresh = tmp_path / "work", tmp_path / "results", tmp_path / "fresh"
-    (work / "dspy").mkdir(parents=True)
-    (work / "data.json").write_text(json.dumps(data), encoding="utf-8")
-    header = dspy_side.unit_header(data, "rtr_predict-mipro-chat", 0, config.dspy_model("gemma"),
-                                   "http://127.0.0.1:18800", None)
-    sitting = {"wall_seconds": 600.0, "lm_calls": 70, "server": dict.fromkeys(dspy_side.SERVER_KEYS, 70), "replayed": 0}
-    ledger = work / "dspy" / f"{stem}.compile-ledger.json"
-    ledger.write_text(json.dumps({"header": header, "invocations": [sitting]}))
+    stem, ledger = _compile_sitting(data, work, "rtr_predict-mipro-chat")
     log = gate.ReplayLog(work / "dspy" / f"{stem}.compile-replay.jsonl")
     log.put("a" * 64, {"choices": [{"message": {"content": "[[ ## answer ## ]]\nParis"}}]})
     peer.convert_all(work, results)  # the first sitting, unfinished
@@ -441,7 +443,7 @@ def test_a_failed_dspy_compile_is_committed_as_its_record_and_log_and_not_run_ag
         failure = dspy_side.compile_failure(error)
     record = {"system": "dspy", "config": "rtr_predict-mipro-chat", "seed": 0, "wall_seconds": 900.0,
               "lm_calls": 140, "server": dict.fromkeys(dspy_side.SERVER_KEYS, 140), "replayed": 70,
-              "invocations": [sitting, sitting], "failed": {**failure, "step": "dspy/propose/grounded_proposer.py:231 forward"}}
+              "invocations": [_SITTING, _SITTING], "failed": {**failure, "step": "dspy/propose/grounded_proposer.py:231 forward"}}
     failed = work / "dspy" / f"{stem}.compile-failed.json"
     failed.write_text(json.dumps(record), encoding="utf-8")
     ledger.unlink()
