@@ -266,11 +266,11 @@ def restore_dspy(work: Path, out: Path) -> list[str]:
     """Give the work folder `work` the DSPy units' state committed in the results folder `out`, where it
     has none: each ``out/<stem>.jsonl`` of a DSPy run becomes ``work/dspy/<stem>.raw.jsonl`` (its header
     rebuilt from the file's identity and the column's ``work/data.json``, and checked against it; its rows,
-    the results rows less the cut raw completion), and the compiled programs and costs in ``out/dspy/`` are
-    copied back, with an unfinished compile's ledger and replay log. A unit then resumes on a new machine
-    where the last sitting stopped (dspy_side.py loads the program instead of compiling and skips the
-    finished questions; a compile replays the answers it had and goes on), and a finished one is not run
-    again. Nothing already in `work` is overwritten; a file is validated whole (identity and every row)
+    the results rows less the cut raw completion), and the compiled programs, costs and failed compiles'
+    records in ``out/dspy/`` are copied back, with a compile's ledger and replay log. A unit then resumes on
+    a new machine where the last sitting stopped (dspy_side.py loads the program instead of compiling and
+    skips the finished questions; a compile replays the answers it had and goes on), and a finished or
+    failed one is not run again. Nothing already in `work` is overwritten; a file is validated whole (identity and every row)
     before anything is written from it. Returns what was done, a line each.
 
     >>> import tempfile; folder = Path(tempfile.mkdtemp())
