@@ -52,8 +52,8 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from config import GENERATION  # noqa: E402  (this folder on the path: run as a script)
 
-__all__ = ["POLICY", "Gate", "PrefixRouter", "ReplayLog", "fill_policy", "merge_system", "prompt_text",
-           "replay_base", "request_key", "shared_prefix", "main"]
+__all__ = ["POLICY", "REPLAY_SUFFIX", "Gate", "PrefixRouter", "ReplayLog", "fill_policy", "merge_system",
+           "prompt_text", "replay_base", "replay_file", "request_key", "shared_prefix", "main"]
 
 # What a request that names none of them runs with: config.GENERATION, and the sampling settings of the
 # project's embedded client (dsp.LlamaCpp: no top-k, top-p or min-p cut, no repeat penalty), so a
@@ -62,6 +62,7 @@ POLICY: dict[str, Any] = {**GENERATION, "top_p": 1.0, "top_k": 0, "min_p": 0.0, 
 _GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
 _TIMEOUT = 600.0  # seconds: a long prompt on 2 busy cores is slow, but a hung server must not hang a run
 _REPLAY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")  # a file name in the replay folder, no path
+REPLAY_SUFFIX = ".jsonl"  # a replay log's file: its name and this
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
@@ -186,9 +187,23 @@ def replay_base(gate: str, name: str) -> str:
     >>> replay_base("http://127.0.0.1:18800", "nq-test-dspy-rtr_predict-rs-chat-seed0.compile-replay")
     'http://127.0.0.1:18800/replay/nq-test-dspy-rtr_predict-rs-chat-seed0.compile-replay/lm/v1'
     """
+    return f"{gate}/replay/{_replay_name(name)}/lm/v1"
+
+
+def replay_file(folder: Path, name: str) -> Path:
+    """The file the replay log `name` is kept in under `folder` (the gate's ``--replay-dir``, or a results
+    folder that carries the log to another machine).
+
+    >>> replay_file(Path("runs/peer/gemma/nq/dspy"), "nq-test-dspy-rtr_predict-rs-chat-seed0.compile-replay").name
+    'nq-test-dspy-rtr_predict-rs-chat-seed0.compile-replay.jsonl'
+    """
+    return folder / f"{_replay_name(name)}{REPLAY_SUFFIX}"
+
+
+def _replay_name(name: str) -> str:
     if not _REPLAY_NAME.fullmatch(name):
         raise ValueError(f"replay log name {name!r}: letters, digits, '.', '_' and '-' only")
-    return f"{gate}/replay/{name}/lm/v1"
+    return name
 
 
 def request_key(path: str, body: dict[str, Any]) -> str:
@@ -315,11 +330,10 @@ class Gate(ThreadingHTTPServer):
         """The replay log `name` (opened, and checked, on first use)."""
         if self.replay_dir is None:
             raise ValueError(f"a request asks for replay log {name!r}, but this gate keeps none (--replay-dir)")
-        if not _REPLAY_NAME.fullmatch(name):
-            raise ValueError(f"replay log name {name!r}: letters, digits, '.', '_' and '-' only")
+        path = replay_file(self.replay_dir, name)
         with self.lock:
             if name not in self.replays:
-                self.replays[name] = ReplayLog(self.replay_dir / f"{name}.jsonl")
+                self.replays[name] = ReplayLog(path)
             return self.replays[name]
 
     def count(self, **values: Any) -> None:

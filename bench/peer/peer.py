@@ -57,7 +57,7 @@ from dsp.evaluation.rows import example_fingerprint, jsonable, metric_caller  # 
 
 from config import DSPY_VAL, GENERATION, MODELS, column_port, split_of  # noqa: E402
 from dspy_side import COMPILE_FAILED, COMPILE_LEDGER, COMPILE_REPLAY, unit_header  # noqa: E402  (stdlib only until main())
-from gate import ReplayLog  # noqa: E402
+from gate import REPLAY_SUFFIX, ReplayLog, replay_file  # noqa: E402
 
 __all__ = ["prepare_data", "column_identity", "dspy_identity", "convert_raw", "convert_all", "restore_dspy", "cut_traces", "gate_stats",
            "compile_cost", "compile_calls", "matched_candidates", "parse_failures", "report", "scoreboard", "main"]
@@ -246,7 +246,7 @@ def _header_of(identity: Any, data: Mapping[str, Any], path: Path) -> dict[str, 
     return header
 
 
-_LEDGER, _REPLAY = COMPILE_LEDGER, f"{COMPILE_REPLAY}.jsonl"  # an unfinished compile's files (the gate adds .jsonl)
+_LEDGER, _REPLAY = COMPILE_LEDGER, f"{COMPILE_REPLAY}{REPLAY_SUFFIX}"  # an unfinished compile's files, as suffixes
 
 
 def _compile_ledger(text: str, source: Path) -> dict[str, Any]:
@@ -326,7 +326,7 @@ def _restore_compile(folder: Path, stem: str, work: Path) -> list[str]:
     invocations; every replay line a digest and a response, `ReplayLog`), and neither over a file already
     there."""
     src_ledger = folder / f"{stem}{_LEDGER}"
-    sources = [src for src in (src_ledger, folder / f"{stem}{_REPLAY}")
+    sources = [src for src in (src_ledger, replay_file(folder, f"{stem}{COMPILE_REPLAY}"))
                if src.exists() and not (work / "dspy" / src.name).exists()]
     contents = {src: src.read_bytes() for src in sources}  # what is checked is what is written, byte for byte
     for src, content in contents.items():  # all checked before anything is written
@@ -419,12 +419,12 @@ def convert_all(work: Path, out: Path) -> list[dict[str, Any]]:
     for ledger in sorted((work / "dspy").glob(f"*{_LEDGER}")):
         stem = ledger.name.removesuffix(_LEDGER)
         if not (work / "dspy" / f"{stem}.program.json").exists():
-            for src in (ledger, work / "dspy" / f"{stem}{_REPLAY}"):
+            for src in (ledger, replay_file(work / "dspy", f"{stem}{COMPILE_REPLAY}")):
                 if src.exists():
                     (out / "dspy").mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(src, out / "dspy" / src.name)
     for failed in sorted((work / "dspy").glob(f"*{COMPILE_FAILED}")):
-        log = work / "dspy" / f"{failed.name.removesuffix(COMPILE_FAILED)}{_REPLAY}"
+        log = replay_file(work / "dspy", f"{failed.name.removesuffix(COMPILE_FAILED)}{COMPILE_REPLAY}")
         if log.exists():
             shutil.copyfile(log, out / "dspy" / log.name)
     for spent in sorted(out.glob(f"dspy/*{_LEDGER}")) + sorted(out.glob(f"dspy/*{_REPLAY}")):
@@ -657,7 +657,7 @@ def report(lm: str, dataset: str, out: Path, n: int | None, tag: str = "") -> st
                   "|---|---|---|---|---|---|---|"]
         for path in unfinished:
             invocations = _compile_ledger(path.read_text(encoding="utf-8"), path)["invocations"]
-            replay = path.with_name(path.name.removesuffix(_LEDGER) + _REPLAY)
+            replay = replay_file(path.parent, f"{path.name.removesuffix(_LEDGER)}{COMPILE_REPLAY}")
             kept = replay.read_bytes().count(b"\n") if replay.exists() else 0  # its whole lines
             spent = {key: sum(int((i.get("server") or {}).get(key) or 0) for i in invocations)
                      for key in ("lm_requests", "prompt_tokens", "completion_tokens")}
