@@ -249,6 +249,15 @@ def _header_of(identity: Any, data: Mapping[str, Any], path: Path) -> dict[str, 
 _LEDGER, _REPLAY = COMPILE_LEDGER, f"{COMPILE_REPLAY}{REPLAY_SUFFIX}"  # an unfinished compile's files, as suffixes
 
 
+def _compile_replay(folder: Path, stem: str) -> Path:
+    """The replay log of unit `stem`'s compile in `folder` (its answers, to resume or replay it).
+
+    >>> _compile_replay(Path("d"), "nq-test-dspy-x-seed0") == Path("d") / f"nq-test-dspy-x-seed0{_REPLAY}"
+    True
+    """
+    return replay_file(folder, f"{stem}{COMPILE_REPLAY}")
+
+
 def _compile_ledger(text: str, source: Path) -> dict[str, Any]:
     """A committed compile ledger's content, checked for its shape (a header and a list of invocations);
     anything else is refused naming `source`. (Its header is checked against the unit's when it is used.)"""
@@ -270,8 +279,8 @@ def restore_dspy(work: Path, out: Path) -> list[str]:
     records in ``out/dspy/`` are copied back, with a compile's ledger and replay log. A unit then resumes on
     a new machine where the last sitting stopped (dspy_side.py loads the program instead of compiling and
     skips the finished questions; a compile replays the answers it had and goes on), and a finished or
-    failed one is not run again. Nothing already in `work` is overwritten; a file is validated whole (identity and every row)
-    before anything is written from it. Returns what was done, a line each.
+    failed one is not run again. Nothing already in `work` is overwritten; a file is validated whole
+    (identity and every row) before anything is written from it. Returns what was done, a line each.
 
     >>> import tempfile; folder = Path(tempfile.mkdtemp())
     >>> restore_dspy(folder / "work", folder / "results")
@@ -326,7 +335,7 @@ def _restore_compile(folder: Path, stem: str, work: Path) -> list[str]:
     invocations; every replay line a digest and a response, `ReplayLog`), and neither over a file already
     there."""
     src_ledger = folder / f"{stem}{_LEDGER}"
-    sources = [src for src in (src_ledger, replay_file(folder, f"{stem}{COMPILE_REPLAY}"))
+    sources = [src for src in (src_ledger, _compile_replay(folder, stem))
                if src.exists() and not (work / "dspy" / src.name).exists()]
     contents = {src: src.read_bytes() for src in sources}  # what is checked is what is written, byte for byte
     for src, content in contents.items():  # all checked before anything is written
@@ -419,12 +428,12 @@ def convert_all(work: Path, out: Path) -> list[dict[str, Any]]:
     for ledger in sorted((work / "dspy").glob(f"*{_LEDGER}")):
         stem = ledger.name.removesuffix(_LEDGER)
         if not (work / "dspy" / f"{stem}.program.json").exists():
-            for src in (ledger, replay_file(work / "dspy", f"{stem}{COMPILE_REPLAY}")):
+            for src in (ledger, _compile_replay(work / "dspy", stem)):
                 if src.exists():
                     (out / "dspy").mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(src, out / "dspy" / src.name)
     for failed in sorted((work / "dspy").glob(f"*{COMPILE_FAILED}")):
-        log = replay_file(work / "dspy", f"{failed.name.removesuffix(COMPILE_FAILED)}{COMPILE_REPLAY}")
+        log = _compile_replay(work / "dspy", failed.name.removesuffix(COMPILE_FAILED))
         if log.exists():
             shutil.copyfile(log, out / "dspy" / log.name)
     for spent in sorted(out.glob(f"dspy/*{_LEDGER}")) + sorted(out.glob(f"dspy/*{_REPLAY}")):
@@ -657,7 +666,7 @@ def report(lm: str, dataset: str, out: Path, n: int | None, tag: str = "") -> st
                   "|---|---|---|---|---|---|---|"]
         for path in unfinished:
             invocations = _compile_ledger(path.read_text(encoding="utf-8"), path)["invocations"]
-            replay = replay_file(path.parent, f"{path.name.removesuffix(_LEDGER)}{COMPILE_REPLAY}")
+            replay = _compile_replay(path.parent, path.name.removesuffix(_LEDGER))
             kept = replay.read_bytes().count(b"\n") if replay.exists() else 0  # its whole lines
             spent = {key: sum(int((i.get("server") or {}).get(key) or 0) for i in invocations)
                      for key in ("lm_requests", "prompt_tokens", "completion_tokens")}
