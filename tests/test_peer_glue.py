@@ -563,8 +563,14 @@ def test_the_report_summarizes_each_compile_setting_over_its_seeds_apart(column,
     text = peer.report("gemma", "nq", out, 3)
     assert short.stem not in text.split("```")[1] and "Left out at --n 3 (fewer questions so far" in text
     assert f"{short.name} (2)" in text and short.stem in peer.report("gemma", "nq", out, 2).split("```")[1]
-    # a DSPy compile committed unfinished is named with what it has spent so far, over its sittings
+    # a DSPy compile's cost has none of dsp's search rows: those cells say so ("—"), never "None"
     (out / "dspy").mkdir()
+    bootstrap = f"{stem}-dspy-rtr_predict-bootstrap-chat-seed0"
+    (out / "dspy" / f"{bootstrap}.cost.json").write_text(json.dumps(
+        {"wall_seconds": 907.4, "lm_calls": 191,
+         "server": {"lm_requests": 191, "prompt_tokens": 300416, "completion_tokens": 28650}}))
+    assert f"| {bootstrap} | 907.4 | — | 191 | 191 | — | 300416 | 28650 |" in peer.report("gemma", "nq", out, 3)
+    # a DSPy compile committed unfinished is named with what it has spent so far, over its sittings
     mipro = f"{stem}-dspy-rtr_predict-mipro-chat-seed0"
     sitting = {"wall_seconds": 600.0, "lm_calls": 40, "replayed": 0,
                "server": {"lm_requests": 40, "prompt_tokens": 9000, "completion_tokens": 600}}

@@ -654,10 +654,11 @@ def report(lm: str, dataset: str, out: Path, n: int | None, tag: str = "") -> st
             cost = json.loads(path.read_text(encoding="utf-8"))
             server = cost.get("server") or {}
             rows = cost.get("rows_usage") or {}
-            lines.append(f"| {path.name.removesuffix('.cost.json')} | {cost.get('wall_seconds')} | "
-                         f"{rows.get('seconds')} | {own_calls(cost)} | "
-                         f"{server.get('lm_requests')} | {rows.get('requests')} | {server.get('prompt_tokens')} | "
-                         f"{server.get('completion_tokens')} |")
+            cells = [cost.get("wall_seconds"), rows.get("seconds"), own_calls(cost), server.get("lm_requests"),
+                     rows.get("requests"), server.get("prompt_tokens"), server.get("completion_tokens")]
+            # A DSPy compile has no rows of its own (dsp's search keeps one per evaluation): "—", not "None".
+            lines.append(f"| {path.name.removesuffix('.cost.json')} | "
+                         + " | ".join("—" if cell is None else str(cell) for cell in cells) + " |")
         lines.append("")
     unfinished = sorted((out / "dspy").glob(f"*{_LEDGER}"))
     if unfinished:
