@@ -19,7 +19,7 @@ import json
 import math
 import os
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -212,7 +212,17 @@ def _seed_groups(loaded: list, runs: list[RunScore]) -> list[SeedGroup]:
         out.append(SeedGroup(_common_name([r.name for r in chosen], [r.seed for r in chosen]),
                              tuple(r.name for r in chosen), tuple(r.seed for r in chosen), statistics.mean(values),
                              statistics.stdev(values), best.name, best.score))
-    return out
+    # Two groups can share a name prefix (one compiler's seeds that chose two programs): name their members
+    # then, or the table shows one name with two means.
+    labels = [group.name for group in out]
+    return [replace(group, name=_with_members(group)) if labels.count(group.name) > 1 else group for group in out]
+
+
+def _with_members(group: SeedGroup) -> str:
+    stem = os.path.commonprefix(list(group.members))
+    stem = stem[:max(stem.rfind("-"), stem.rfind("_")) + 1]  # cut at a separator: "seed0-seed0", not "0-seed0"
+    parts = [member[len(stem):] or member for member in group.members]
+    return f"{group.name.removesuffix(')')}: {stem}{{{', '.join(parts)}}})"
 
 
 def _common_name(names: list[str], seeds: list[Any]) -> str:
