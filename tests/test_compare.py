@@ -107,10 +107,10 @@ def test_groups_that_share_a_name_list_their_members(tmp_path):
     first = [_run(tmp_path / f"c-small-seed{c}-seed0.jsonl", {0, 1}, seed=0, program_name="dsp",
                   options={"extractive": True}) for c in range(2)]
     second = [_run(tmp_path / name, {0}, seed=0, program_name="dsp")
-              for name in ("c-small-seed2-seed0.jsonl", "c-small-held-seed0-seed0.jsonl")]
+              for name in ("c-small-seed2-seed0.jsonl", "c-small-held-seed0-seed0.jsonl", "c-small-held-seed1-seed0.jsonl")]
     text = format_comparison(compare_runs([*first, *second]))
     assert "c-small (2 runs, seed 0: c-small-{seed0-seed0, seed1-seed0}): mean 10.0" in text
-    assert "c-small (2 runs, seed 0: c-small-{seed2-seed0, held-seed0-seed0}): mean 5.0" in text
+    assert "c-small (3 runs, seed 0: c-small-{seed2-seed0, held-seed0-seed0, held-seed1-seed0}): mean 5.0" in text
 
 
 def test_repeats_over_several_seeds_list_the_seeds_in_numeric_order(tmp_path):

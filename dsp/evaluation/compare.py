@@ -214,8 +214,9 @@ def _seed_groups(loaded: list, runs: list[RunScore]) -> list[SeedGroup]:
                              statistics.stdev(values), best.name, best.score))
     # Two groups can share a name prefix (one compiler's seeds that chose two programs): name their members
     # then, or the table shows one name with two means.
-    labels = [group.name for group in out]
-    return [replace(group, name=_with_members(group)) if labels.count(group.name) > 1 else group for group in out]
+    stems = [group.name.rsplit(" (", 1)[0] for group in out]
+    return [replace(group, name=_with_members(group)) if stems.count(stem) > 1 else group
+            for group, stem in zip(out, stems)]
 
 
 def _with_members(group: SeedGroup) -> str:
