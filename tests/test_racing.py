@@ -270,6 +270,7 @@ def test_a_free_option_that_helps_every_candidate_a_little_is_chosen_on_nine_of_
     for c in read:
         race_ = c.meta["race"]
         assert c.meta["readings"] == ["voteFalse", "voteTrue"] and race_["reading"] in c.meta["readings"]
+        assert race_["reading_evidence"] == "scored"  # every candidate scored decides it (a file records its rule)
         assert race_["spent"] <= race_["budget"] == 2400  # the second reading costs no evaluation
         switched = [t for t in race_["reading_tests"] if t["switched"]]
         assert all(t["p"] < t["level"] and t["wins"] > t["losses"] for t in switched)
@@ -325,6 +326,41 @@ def test_with_the_cache_off_a_compile_reuses_its_own_calls_and_keeps_none_after(
 def test_readings_are_checked(readings):
     with pytest.raises(ValueError, match="readings must be distinct names"):
         race(["a", "b"], lambda k, n: {}, [20], readings=readings)
+
+
+def test_an_unknown_reading_evidence_is_refused():
+    with pytest.raises(ValueError, match="reading_evidence must be one of"):
+        race(["a", "b"], lambda k, n: {}, [20], readings=["plain", "vote"], reading_evidence="alive")
+
+
+def _dropped_evidence(key: str, n: int) -> dict[str, dict[str, float]]:
+    """a and b right on half the examples as written, w1-w3 on none (so dropped at the first rung); the vote
+    turns one example right for each weak candidate and two for a and b, each a different example."""
+    gains = {"a": (5, 25), "b": (15, 35), "w1": (6,), "w2": (7,), "w3": (8,)}[key]
+    def plain(i: int) -> bool:
+        return key in ("a", "b") and i % 10 < 5
+    return {r: {str(i): float(plain(i) or (r == "vote" and i in gains)) for i in range(n)} for r in ("plain", "vote")}
+
+
+@pytest.mark.parametrize("evidence", ["scored", "contention"])
+def test_a_dropped_candidates_evidence_counts_for_the_reading(evidence):
+    """At 20 questions the vote is ahead on 5 examples (p = .031, short of the rung's .025); at 40, a and b
+    add 2 more. Summed over every candidate scored, the weak three's 3 count again: 7 / 0, p = .0078, the
+    vote. Summed over the two in contention (the rule before 2026-12-07): 4 / 0, p = .0625, as written."""
+    result = race(["a", "b", "w1", "w2", "w3"], _dropped_evidence, [20, 40], baseline="a",
+                  readings=["plain", "vote"], reading_evidence=evidence)
+    assert set(result.drops) == {"w1", "w2", "w3"} and {d.rung for d in result.drops.values()} == {1}
+    assert result.chosen == "a" and result.reading_evidence == evidence
+    first, second = result.reading_tests
+    assert (first.n, first.wins, first.losses, first.switched) == (20, 5, 0, False)
+    assert (second.n, second.wins, second.losses) == ((40, 7, 0) if evidence == "scored" else (40, 4, 0))
+    assert second.switched is (evidence == "scored")
+    assert result.reading == ("vote" if evidence == "scored" else "plain")
+    assert result.needed == 40
+    said = ("chosen over plain at 40 questions: ahead on 7 examples, behind on 0 (summed over\n"
+            "  every candidate scored, dropped ones too)" if evidence == "scored" else
+            "(as written; no other was ahead on enough examples, summed over the candidates in contention: vote +4 -0")
+    assert said in report([], result.as_dict())
 
 
 def test_a_free_option_the_program_does_not_take_is_refused_before_any_lm_call():

@@ -27,17 +27,25 @@ LM calls per example, then fewest demonstrations), then the best score, then the
 Readings: an option that changes no LM call, only how a program reads its completions (which sampled
 answers vote), can be scored for every candidate from the same cached calls, at no cost to the budget.
 `race(..., readings=[...])` takes such readings (the first: the program as written's), `score` then
-gives each candidate's scores under every reading, and a reading is decided on the evidence of all the
-candidates in contention together, not of one pair: on each example, the challenger's scores summed
-over those candidates against the current reading's; the challenger replaces it when it is ahead on
+gives each candidate's scores under every reading, and a reading is decided on the evidence of every
+candidate scored so far together, not of one pair: on each example, the challenger's scores summed over
+the candidates that ran it against the current reading's; the challenger replaces it when it is ahead on
 significantly more examples (the same one-sided sign test, at the rung's level shared among the
 challengers). Where the candidates gain on different examples, their evidence adds up: a gain one pair
-would need hundreds of questions to show, eight candidates show on far fewer. The candidates are then
-compared with each other under the current reading. Measured on simulated candidates (`bench/bench_racing.py
+would need hundreds of questions to show, eight candidates show on far fewer. The candidates dropped
+count too (`reading_evidence="scored"`, the default): their completions, read both ways, cost nothing,
+and a reading is a way of reading completions, not a property of one program. The rule before
+2026-12-07 summed only the candidates still in contention (`reading_evidence="contention"`, kept to
+compare and to read older compiles by): it threw away the dropped ones' evidence, so a search that drops
+its weaker candidates early (as a real pool's do) saw a small gain on 3 candidates where it had scored 8.
+The candidates are then compared with each other under the current reading. Measured on simulated candidates (`bench/bench_racing.py
 --readings`: 8 candidates 28% right, an extractive vote adding GAIN points to each, 40 seeds): at gains
 of 2, 3.4 and 5 points the vote was chosen on 40, 40 and 40 seeds, against 7, 20 and 32 when searched
 as an option like any other; with no gain, on none either way (with 90% of the gain on questions all
-candidates share: 27 and 34 of 40 at 2 and 3.4 points, against 8 and 21).
+candidates share: 27 and 34 of 40 at 2 and 3.4 points, against 8 and 21). With 8 unequal candidates
+(9-22% right, 100 evaluations each, so the weaker are dropped early), at gains of 1, 1.5 and 2 points:
+13, 28 and 32 seeds summed over every candidate scored, against 8, 20 and 29 over those in contention;
+with no gain, none either way.
 
 >>> truth = {"a": 0.3, "b": 0.8}   # b right on 80% of the examples, a on 30%, in a fixed pattern
 >>> scores = lambda key, n: {str(i): float((i * 7) % 10 < 10 * truth[key]) for i in range(n)}
@@ -108,8 +116,9 @@ class Drop:
 
 @dataclass(frozen=True)
 class ReadingTest:
-    """One look at a reading: on the first `n` examples of rung `rung`, summed over the candidates in
-    contention, the `challenger` reading was ahead of the `incumbent` on `wins` examples and behind on
+    """One look at a reading: on the first `n` examples of rung `rung`, summed over the candidates that
+    ran each example (`Race.reading_evidence` says which: every one scored, or those in contention), the
+    `challenger` reading was ahead of the `incumbent` on `wins` examples and behind on
     `losses`; `p` is the one-sided exact p-value, `level` the one it had to pass, `switched` whether the
     challenger became the reading."""
 
@@ -144,6 +153,7 @@ class Race:
     failed: dict[str, str] = field(default_factory=dict)    # candidates whose examples failed: why
     reading: str | None = None                               # the reading chosen (with `readings`)
     reading_tests: list[ReadingTest] = field(default_factory=list)
+    reading_evidence: str | None = None                      # whose scores decided it (with `readings`)
 
     @property
     def tied(self) -> bool:
@@ -159,9 +169,14 @@ def _mean(scores: Scores) -> float:
     return 100 * sum(scores.values()) / len(scores) if scores else 0.0
 
 
+READING_EVIDENCE = ("scored", "contention")
+
+
 def _check_race(keys: Sequence[str], sizes: Sequence[int], alpha: float, budget: int | None,
-                readings: Sequence[str] | None = None) -> None:
+                readings: Sequence[str] | None = None, reading_evidence: str = "scored") -> None:
     """Refuse a race that cannot run, naming the argument."""
+    if reading_evidence not in READING_EVIDENCE:
+        raise ValueError(f"race: reading_evidence must be one of {READING_EVIDENCE}, got {reading_evidence!r}")
     if readings is not None and (not readings or len(set(readings)) != len(readings)):
         raise ValueError(f"race: readings must be distinct names, the program as written's first, got {readings!r}")
     if not keys:
@@ -178,13 +193,18 @@ def _check_race(keys: Sequence[str], sizes: Sequence[int], alpha: float, budget:
 
 
 def _decide_reading(readings: Sequence[str], current: str, by_reading: Mapping[str, Mapping[str, Scores]],
-                    alive: Sequence[str], rung: int, n: int, level: float) -> tuple[str, list[ReadingTest]]:
-    """(the reading after this rung, the tests made): every other reading against `current`, on the
-    examples every candidate in contention ran, their scores summed over those candidates."""
+                    scored: Sequence[str], rung: int, n: int, level: float) -> tuple[str, list[ReadingTest]]:
+    """(the reading after this rung, the tests made): every other reading against `current`, on every
+    example a candidate in `scored` ran under both, the differences summed over the candidates that ran it
+    (the candidates in contention ran the same first n examples; a dropped one, the first n of its last rung)."""
     tests, ahead = [], {}
     for challenger in (r for r in readings if r != current):
-        shared = set.intersection(*(set(by_reading[key][r]) for key in alive for r in (current, challenger)))
-        sums = [sum(by_reading[key][challenger][e] - by_reading[key][current][e] for key in alive) for e in shared]
+        by_example: dict[str, float] = {}
+        for key in scored:
+            mine, theirs = by_reading[key][current], by_reading[key][challenger]
+            for example in mine.keys() & theirs.keys():
+                by_example[example] = by_example.get(example, 0.0) + theirs[example] - mine[example]
+        sums = list(by_example.values())
         wins, losses = sum(1 for d in sums if d > 0), sum(1 for d in sums if d < 0)
         p, each = sign_test_greater(wins, losses), level / (len(readings) - 1)
         if p < each:
@@ -215,7 +235,8 @@ def _drop_beaten(alive: list[str], leader: str, latest: Mapping[str, Scores], ru
 
 def race(keys: Sequence[str], score: Callable[[str, int], Any], sizes: Sequence[int], *,
          baseline: str | None = None, alpha: float = 0.05, budget: int | None = None,
-         cost: Callable[[str], tuple[float, ...]] | None = None, readings: Sequence[str] | None = None) -> Race:
+         cost: Callable[[str], tuple[float, ...]] | None = None, readings: Sequence[str] | None = None,
+         reading_evidence: str = "scored") -> Race:
     """Race the candidates `keys` (see the module docstring).
 
     `score(key, n)` scores a candidate on the first n validation examples ({example: score in [0, 1]};
@@ -225,9 +246,11 @@ def race(keys: Sequence[str], score: Callable[[str, int], Any], sizes: Sequence[
     (`doubling_sizes`); `baseline` the key of the program as written; `budget` the most candidate-example
     evaluations to spend (None: no limit; the first rung always runs; a candidate's readings count once);
     `cost(key)` a sortable cost for the tie rule (default: none, so the best score decides); `readings`
-    the ways of reading a candidate's completions, the program as written's first.
+    the ways of reading a candidate's completions, the program as written's first; `reading_evidence`
+    whose scores decide a reading: "scored" (every candidate scored, dropped ones too) or "contention"
+    (those still in the race: the rule before 2026-12-07).
     """
-    _check_race(keys, sizes, alpha, budget, readings)
+    _check_race(keys, sizes, alpha, budget, readings, reading_evidence)
     order = {key: i for i, key in enumerate(keys)}
     level = alpha / len(sizes)
     alive = list(keys)
@@ -267,7 +290,8 @@ def race(keys: Sequence[str], score: Callable[[str, int], Any], sizes: Sequence[
         if not alive:
             raise CandidateFailed("every candidate failed; the first: " + next(iter(failed.values())))
         if readings and len(readings) > 1:
-            reading, looked = _decide_reading(readings, reading, by_reading, alive, rung, n, level)
+            voters = alive if reading_evidence == "contention" else [key for key in by_reading if key not in failed]
+            reading, looked = _decide_reading(readings, reading, by_reading, voters, rung, n, level)
             tests += looked
         latest = {key: scores[reading] for key, scores in by_reading.items()}
         leader = min(alive, key=rank)
@@ -291,4 +315,5 @@ def race(keys: Sequence[str], score: Callable[[str, int], Any], sizes: Sequence[
     if tests and any(t.switched for t in tests):
         needed = max(needed, max(t.n for t in tests if t.switched))
     return Race(chosen, rule, alive, drops, ran, needed or ran[-1], spent, level, stopped, leader,
-                {key: round(_mean(s), 2) for key, s in latest.items()}, failed, reading, tests)
+                {key: round(_mean(s), 2) for key, s in latest.items()}, failed, reading, tests,
+                reading_evidence if readings else None)

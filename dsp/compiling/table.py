@@ -69,20 +69,25 @@ def report(table: Sequence[Mapping[str, Any]], race: Mapping[str, Any] | None = 
 
 def _reading_line(race: Mapping[str, Any]) -> str:
     """How the reading was decided: the test that switched to it, else the last look at each other one.
+    Whose scores were summed follows the race's `reading_evidence` (a compile before 2026-12-07 records
+    none: it summed the candidates in contention).
 
-    >>> print(_reading_line({"reading": "voteTrue", "reading_tests": [
+    >>> print(_reading_line({"reading": "voteTrue", "reading_evidence": "scored", "reading_tests": [
     ...     {"rung": 1, "n": 20, "incumbent": "voteFalse", "challenger": "voteTrue", "wins": 9, "losses": 0,
     ...      "p": 0.002, "level": 0.01, "switched": True}]}))
     reading: voteTrue, chosen over voteFalse at 20 questions: ahead on 9 examples, behind on 0 (summed over
-      the candidates in contention), p=0.002 < 0.01
+      every candidate scored, dropped ones too), p=0.002 < 0.01
     """
     tests = race.get("reading_tests") or []
     switched = [t for t in tests if t["switched"]]
+    whose = ("every candidate scored, dropped ones too" if race.get("reading_evidence") == "scored"
+             else "the candidates in contention")
     if switched:
         t = switched[-1]
         return (f"reading: {race['reading']}, chosen over {t['incumbent']} at {t['n']} questions: ahead on {t['wins']} "
-                f"examples, behind on {t['losses']} (summed over\n  the candidates in contention), p={t['p']:.2g} "
+                f"examples, behind on {t['losses']} (summed over\n  {whose}), p={t['p']:.2g} "
                 f"< {t['level']:.2g}")
     last = {t["challenger"]: t for t in tests}
     looks = "; ".join(f"{name} +{t['wins']} -{t['losses']} p={t['p']:.2g} at {t['n']}" for name, t in last.items())
-    return f"reading: {race['reading']} (as written; no other was ahead on enough examples: {looks or 'none looked at'})"
+    return (f"reading: {race['reading']} (as written; no other was ahead on enough examples, summed over {whose}: "
+            f"{looks or 'none looked at'})")
