@@ -99,7 +99,7 @@ def test_files_of_one_identity_and_one_seed_are_named_repeats_not_seeds(tmp_path
     runs = [_run(tmp_path / f"compiled-c{c}-seed0.jsonl", {0, 1}, seed=0, program_name="dsp") for c in range(3)]
     table = compare_runs(runs)
     assert [group.seeds for group in table.groups] == [(0, 0, 0)]
-    assert "compiled-c (3 runs, seed 0): mean" in format_comparison(table)
+    assert "compiled (3 runs, seed 0): mean" in format_comparison(table)
 
 
 def test_groups_that_share_a_name_list_their_members(tmp_path):
@@ -117,7 +117,15 @@ def test_repeats_over_several_seeds_list_the_seeds_in_numeric_order(tmp_path):
     runs = [_run(tmp_path / f"rtr-r{i}-seed{s}.jsonl", {0, 1}, seed=s, program_name="rtr")
             for i, s in enumerate([10, 2, 2])]
     table = compare_runs(runs)
-    assert "rtr-r (3 runs, seeds 2, 10): mean" in format_comparison(table)
+    assert "rtr (3 runs, seeds 2, 10): mean" in format_comparison(table)  # not "rtr-r": a name cut mid-word
+
+
+def test_a_group_is_named_by_whole_words_of_its_members(tmp_path):
+    # Two compilers' seeds chose one program: the common prefix "c-small-s" is cut back to "c-small".
+    runs = [_run(tmp_path / name, {0, 1}, seed=0, program_name="dsp")
+            for name in ("c-small-scored-seed0-seed0.jsonl", "c-small-seed0-seed0.jsonl", "c-small-seed1-seed0.jsonl")]
+    text = format_comparison(compare_runs(runs))
+    assert "c-small (3 runs, seed 0): mean 10.0" in text and "c-small-s " not in text
 
 
 def test_a_retried_example_counts_once_with_its_finished_row(tmp_path):

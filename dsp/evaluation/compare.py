@@ -219,15 +219,24 @@ def _seed_groups(loaded: list, runs: list[RunScore]) -> list[SeedGroup]:
             for group, stem in zip(out, stems)]
 
 
+def _name_stem(names: Sequence[str]) -> str:
+    """The names' common prefix, cut back to a separator where it ends inside a word: "c-small-" for
+    "c-small-scored-seed0" and "c-small-seed0", not "c-small-s"."""
+    stem = os.path.commonprefix(list(names))
+    if all(len(name) == len(stem) or name[len(stem)] in "-_" for name in names):
+        return stem
+    return stem[:max(stem.rfind("-"), stem.rfind("_")) + 1]
+
+
 def _with_members(group: SeedGroup) -> str:
-    stem = os.path.commonprefix(list(group.members))
-    stem = stem[:max(stem.rfind("-"), stem.rfind("_")) + 1]  # cut at a separator: "seed0-seed0", not "0-seed0"
+    stem = _name_stem(group.members)
+    stem = stem[:max(stem.rfind("-"), stem.rfind("_")) + 1]  # members' parts start after a separator
     parts = [member[len(stem):] or member for member in group.members]
     return f"{group.name.removesuffix(')')}: {stem}{{{', '.join(parts)}}})"
 
 
 def _common_name(names: list[str], seeds: list[Any]) -> str:
-    stem = os.path.commonprefix(names).rstrip("-_")
+    stem = _name_stem(names).rstrip("-_")
     # Files of one identity and one seed (one compiled program run from several compile seeds' files) are
     # repeats of one run, not seeds of it.
     texts = set(map(str, seeds))
