@@ -164,7 +164,7 @@ def main() -> None:
         print(f"\n8 candidates unequal (9-22% right), 100 evaluations each: the vote chosen, of {args.seeds} seeds")
         print(f"{'gain':>6}  {'contention':>10}  {'scored':>10}  {'ratio':>6}")
         for gain in gains:
-            right = _vote_right(gain, args.mix, 0.5, UNEQUAL)
+            right = _vote_right(gain, args.mix, args.reading_mix, UNEQUAL)
             counts = {"contention": 0, "scored": 0}
             for seed in range(args.seeds):
                 pool = random.Random(seed).sample(range(5000), 400)
