@@ -233,6 +233,40 @@ def _drop_beaten(alive: list[str], leader: str, latest: Mapping[str, Scores], ru
     return dropped
 
 
+def _next_rung(n: int, ran: Sequence[int], budget: int | None, spent: int, new: int,
+               contention: int) -> tuple[int, bool, str | None]:
+    """(the rung's size, whether it is the last, why the race stops before it or None): a rung that would
+    pass the budget becomes a last, shorter one for the `contention` candidates still in the race (one
+    look in place of the planned one, so the level still holds), or none if not one example fits."""
+    if not ran or budget is None or spent + new <= budget:
+        return n, False, None
+    fits = ran[-1] + (budget - spent) // contention
+    if fits <= ran[-1]:
+        return n, False, f"the next rung ({n} examples, {new} evaluations) would pass the budget of {budget}"
+    return fits, True, None
+
+
+def _settle(alive: Sequence[str], baseline: str | None, cost: Callable[[str], tuple[float, ...]] | None,
+            rank: Callable[[str], tuple], ran: Sequence[int], tests: Sequence[ReadingTest],
+            needed: int) -> tuple[str, str, int]:
+    """(the candidate chosen, the rule that chose it, the validation size the choice needed): the one left,
+    or among those tied the program as written, else the cheapest (with `cost`) or the best score; a tie
+    needs every example run, and a reading switched at rung n needs n."""
+    if len(alive) == 1:
+        chosen, rule = alive[0], "the only candidate left"
+    else:
+        needed = ran[-1]
+        if baseline in alive:
+            chosen, rule = baseline, f"{len(alive)} tied: the program as written"
+        else:
+            chosen = min(alive, key=lambda k: ((cost(k) if cost else ()), *rank(k)))
+            rule = f"{len(alive)} tied: the cheapest" if cost else f"{len(alive)} tied: the best score"
+    switched = [t.n for t in tests if t.switched]
+    if switched:
+        needed = max(needed, max(switched))
+    return chosen, rule, needed
+
+
 def race(keys: Sequence[str], score: Callable[[str, int], Any], sizes: Sequence[int], *,
          baseline: str | None = None, alpha: float = 0.05, budget: int | None = None,
          cost: Callable[[str], tuple[float, ...]] | None = None, readings: Sequence[str] | None = None,
@@ -268,16 +302,10 @@ def race(keys: Sequence[str], score: Callable[[str, int], Any], sizes: Sequence[
         return (-_mean(latest[key]), key != baseline, order[key])
 
     for rung, n in enumerate(sizes, start=1):
-        new = sum(n - done[key] for key in alive)
-        last = False
-        if ran and budget is not None and spent + new > budget:
-            # The budget left goes to the candidates still in contention: a last, shorter rung (one look
-            # in place of the planned one, so the level still holds).
-            fits = ran[-1] + (budget - spent) // len(alive)
-            if fits <= ran[-1]:
-                stopped = f"the next rung ({n} examples, {new} evaluations) would pass the budget of {budget}"
-                break
-            n, last = fits, True
+        n, last, over = _next_rung(n, ran, budget, spent, sum(n - done[key] for key in alive), len(alive))
+        if over:
+            stopped = over
+            break
         for key in list(alive):
             spent += n - done[key]
             done[key] = n
@@ -303,17 +331,7 @@ def race(keys: Sequence[str], score: Callable[[str, int], Any], sizes: Sequence[
         if last:
             stopped = f"the budget of {budget} is spent (a last rung of {n} examples for the {len(alive)} in contention)"
             break
-    if len(alive) == 1:
-        chosen, rule = alive[0], "the only candidate left"
-    else:
-        needed = ran[-1]
-        if baseline in alive:
-            chosen, rule = baseline, f"{len(alive)} tied: the program as written"
-        else:
-            chosen = min(alive, key=lambda k: ((cost(k) if cost else ()), *rank(k)))
-            rule = f"{len(alive)} tied: the cheapest" if cost else f"{len(alive)} tied: the best score"
-    if tests and any(t.switched for t in tests):
-        needed = max(needed, max(t.n for t in tests if t.switched))
+    chosen, rule, needed = _settle(alive, baseline, cost, rank, ran, tests, needed)
     return Race(chosen, rule, alive, drops, ran, needed or ran[-1], spent, level, stopped, leader,
                 {key: round(_mean(s), 2) for key, s in latest.items()}, failed, reading, tests,
                 reading_evidence if readings else None)
