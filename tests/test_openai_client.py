@@ -381,9 +381,13 @@ def test_short_answers_are_topped_up_to_n_with_seeds(fake_key):
         assert lm.usage.prompt_tokens == 3 * len(prompt.split()) and lm.usage.completion_tokens == 3
         assert lm(prompt, n=3, seed=7, temperature=0.7) == out and len(server.bodies) == 3  # cached as one
 
+        # A sampled request that names no seed is sent seed 0 (then 1): its answer is a function of the
+        # request, not of what the server answered before; a greedy one is sent none.
         unseeded = lm("Question: name a fruit.\nAnswer:", n=2, temperature=0.7)
-        assert len(unseeded) == 2 and all("seed" not in b for b in server.bodies[3:])
-        assert [b["n"] for b in server.bodies[3:]] == [2, 1]
+        assert unseeded == [expected_text("Question: name a fruit.\nAnswer:", s, 0) for s in (0, 1)]
+        assert [(b["n"], b["seed"]) for b in server.bodies[3:]] == [(2, 0), (1, 1)]
+        lm("Question: name a tree.\nAnswer:", temperature=0.0)
+        assert "seed" not in server.bodies[-1]
 
 
 def test_n_is_sent_natively(fake_key):
@@ -621,6 +625,15 @@ def test_llama_cpp_server_text_and_chat(llama_server, tmp_path):
         assert len(sampled) == 3 and all(isinstance(s, str) for s in sampled)
         assert text.retry_stats["attempts"] - attempts == 3 and text.retries == 0
         assert text(prompt, n=3, temperature=0.9, seed=11, only_completed=False) == sampled  # cached
+
+        # The server seeds an unseeded request from the one before it; the client sends seed 0, so a
+        # sampled request is answered alike after other sampled requests (with the cache off).
+        story = "Once upon a time, in a small village,"
+        draws = [text(story, temperature=1.5, max_tokens=16, cache=False, only_completed=False)]
+        for other in ("My favourite food is", "The weather today"):
+            text(other, temperature=1.5, max_tokens=16, cache=False)
+            draws.append(text(story, temperature=1.5, max_tokens=16, cache=False, only_completed=False))
+        assert draws[0] == draws[1] == draws[2] and draws[0][0].strip()
 
         chat = OpenAI("gemma-3-270m", model_type="chat", system_prompt="Answer briefly.", max_tokens=12,
                       temperature=0.0, **local)

@@ -8,6 +8,9 @@ builds exactly the requests DSP v1 sent (`V1_COMPLETION_DEFAULTS`, logprobs=5 wh
 Reliability: the openai package's own retries are off; `dsp.clients.retry` retries instead, visibly
 (warnings on the ``dsp.retry`` logger, counters in `lm.retry_stats`). n>1 is asked natively; when a
 server quietly returns fewer choices (llama.cpp's does), further requests top the answer up to n.
+Reproducibility: a request sampled at a temperature above 0 is sent with a seed (`OpenAI.default_seed`,
+0, unless it names one; each top-up request the next), so a server answers it alike whatever it answered
+before.
 
 The API key lives only inside the openai client object: it is never in a cache key, a log message,
 `history`, an error message or a repr. Credentials in the base URL (``http://user:password@host/v1``) are
@@ -284,6 +287,12 @@ class OpenAI(LM):
 
     provider = "openai"
     native_n = True
+    # The seed a request sampled at a temperature above 0 is sent with when it names none, so its answer
+    # is a function of the request, as the cache assumes. llama.cpp's server seeds an unseeded request
+    # from the one before it: the same prompt answered differently after a resume, in another order, or
+    # behind a router (185 of 500 SQuAD test answers of one compiled program). None sends no seed (GPT3:
+    # DSP v1's requests exactly).
+    default_seed: int | None = 0
 
     def __init__(
         self, model: str, base_url: str | None = None, api_key: str | None = None, model_type: str = "chat",
@@ -344,6 +353,21 @@ class OpenAI(LM):
         """``{"attempts", "retries", "failed_attempts": {label: count}, "exhausted", "rejected"}``: HTTP
         requests sent, retries made, failed requests by kind, and calls that raised after retrying or at once."""
         return self._retrier.stats()
+
+    def build_request(self, prompt: str, **params: Any) -> dict[str, Any]:
+        """Defaults, then `params`; a request with a temperature above 0 and no seed gets `default_seed`.
+
+        >>> lm = OpenAI("m", base_url="http://127.0.0.1:8000/v1", temperature=0.0)
+        >>> "seed" in lm.build_request("Q:"), lm.build_request("Q:", temperature=0.7, n=5)["seed"]
+        (False, 0)
+        >>> lm.build_request("Q:", temperature=0.7, seed=3)["seed"]
+        3
+        """
+        request = super().build_request(prompt, **params)
+        sampled = is_number(request.get("temperature")) and request["temperature"] > 0
+        if self.default_seed is not None and request.get("seed") is None and sampled:
+            request["seed"] = self.default_seed
+        return request
 
     def _body(self, request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """The endpoint path and JSON body for a built request."""
@@ -430,6 +454,8 @@ class GPT3(OpenAI):
     >>> lm.model_type, lm.kwargs["temperature"], lm.kwargs["max_tokens"]
     ('text', 0.0, 150)
     """
+
+    default_seed = None  # v1 sent no seed; its recorded requests are replayed as sent
 
     def __init__(self, model: str = "text-davinci-002", api_key: str | None = None, base_url: str | None = None,
                  **params: Any) -> None:
