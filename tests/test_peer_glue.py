@@ -516,6 +516,16 @@ def test_llama_cpp_server_reads_each_columns_serve_args_as_meant(lm, monkeypatch
     assert settings.cache is False and settings.logits_all is True
 
 
+def test_config_names_a_bad_argument_instead_of_a_traceback(capsys):
+    """run.sh reads every setting from `config.py KEY ARGS`: a missing or unknown argument is an exit 2 and a
+    message naming what was asked, not a Python traceback in the middle of a column's log."""
+    assert config._main([]) == 2 and "usage" in capsys.readouterr().err
+    assert config._main(["serve-args", "nosuch-lm"]) == 2 and "'serve-args nosuch-lm'" in capsys.readouterr().err
+    assert config._main(["port", "gemma"]) == 2 and "'port gemma'" in capsys.readouterr().err
+    assert config._main(["nosuch-key"]) == 2 and "unknown key 'nosuch-key'" in capsys.readouterr().err
+    assert config._main(["models"]) == 0 and capsys.readouterr().out.split() == list(config.MODELS)
+
+
 def test_the_knn_vectorizer_is_offline_and_finds_the_near_question():
     questions = ["who wrote the novel hamlet", "when did the titanic sink", "capital city of france"]
     embed = HashingTfidf(questions)

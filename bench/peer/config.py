@@ -187,7 +187,18 @@ def selected(unit: str, only: list[str], skip: list[str]) -> bool:
 
 def _main(argv: list[str]) -> int:
     """`python3 config.py KEY [ARGS]`: one setting for run.sh, printed as text (lists one per line)."""
-    key, args = argv[0], argv[1:]
+    if not argv:
+        print("config.py: usage: config.py KEY [ARGS] (KEY: serve-args, units, models, json, ...)", file=sys.stderr)
+        return 2
+    try:
+        return _setting(argv[0], argv[1:])
+    except (IndexError, KeyError, ValueError) as exc:  # a missing or unknown model, dataset or number
+        print(f"config.py: {' '.join(argv)!r}: bad or missing argument ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+        return 2
+
+
+def _setting(key: str, args: list[str]) -> int:
     if key == "serve-args":
         model = MODELS[args[0]]
         threads = str(len(os.sched_getaffinity(0)))  # llama_cpp.server's default is half the cores
